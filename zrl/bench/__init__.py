@@ -1,0 +1,15 @@
+"""zrl's benchmark suite, run by `zrl bench NAME --out DIR`.
+
+Each benchmark is a module here with `run(opts: BenchOptions) -> BenchResult`
+that measures zrl side by side with the reference it is judged against, in
+the same run (machines are shared and noisy, so only ratios taken together
+mean anything). The harness in `harness.py` does the timing statistics, the
+table, and the JSON + Markdown output. bench/README.md at the repository
+root defines every figure and keeps the latest tables.
+"""
+from __future__ import annotations
+
+# name -> module under zrl.bench; each module has `run(opts) -> BenchResult`.
+BENCHMARKS: dict[str, str] = {
+    "kernels": "zrl.bench.kernels",
+}
