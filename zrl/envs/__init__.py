@@ -1,0 +1,109 @@
+"""Environments, stepped K at a time, with the same-step autoreset zrl needs.
+
+`make_vector_env` returns a `VectorEnv`: `reset()` gives [K, *obs] and
+`step(actions)` gives a `Step` whose `obs` already holds the first
+observation of a new episode wherever one ended, with the ended episode's
+last observation in `final_obs` for the envs that were truncated (so the
+learner can bootstrap them; terminated ones need no bootstrap).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zrl import spaces
+from zrl.config import EnvConfig
+
+__all__ = ["Step", "VectorEnv", "GymnasiumVectorEnv", "make_vector_env"]
+
+
+@dataclass
+class Step:
+    obs: np.ndarray  # [K, *obs]: next observations (reset ones where an episode ended)
+    reward: np.ndarray  # [K] float32
+    terminated: np.ndarray  # [K] bool
+    truncated: np.ndarray  # [K] bool (and not terminated)
+    final_obs: dict[int, np.ndarray]  # env index -> last observation, for truncated envs
+
+
+class VectorEnv:
+    num_envs: int
+    observation_spec: spaces.Spec
+    action_spec: spaces.Spec
+
+    def reset(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> Step:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class GymnasiumVectorEnv(VectorEnv):
+    """K gymnasium envs stepped in a plain loop, writing into preallocated arrays.
+
+    Measured faster than gymnasium's SyncVectorEnv here (no info merging or
+    per-step copies), and it gives same-step autoreset for any env.
+    """
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int):
+        import gymnasium as gym
+
+        kwargs = dict(cfg.kwargs)
+        if cfg.max_episode_steps is not None:
+            kwargs["max_episode_steps"] = cfg.max_episode_steps
+        try:
+            self.envs = [gym.make(cfg.id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
+        except gym.error.Error as e:
+            raise ValueError(f"env.id: cannot make {cfg.id!r}: {e}") from None
+        self.num_envs = num_envs
+        self.seed = seed
+        self.observation_spec = spaces.from_gym(self.envs[0].observation_space)
+        self.action_spec = spaces.from_gym(self.envs[0].action_space)
+        obs_dtype = np.dtype(self.observation_spec.dtype)
+        self._obs = np.zeros((num_envs, *self.observation_spec.shape), obs_dtype)
+        self._reward = np.zeros(num_envs, np.float32)
+        self._term = np.zeros(num_envs, np.bool_)
+        self._trunc = np.zeros(num_envs, np.bool_)
+        self._discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
+
+    def reset(self) -> np.ndarray:
+        for k, env in enumerate(self.envs):
+            self._obs[k], _ = env.reset(seed=self.seed + k)
+        return self._obs.copy()
+
+    def step(self, actions: np.ndarray) -> Step:
+        obs, rew, term, trunc = self._obs, self._reward, self._term, self._trunc
+        final: dict[int, np.ndarray] = {}
+        acts = actions.tolist() if self._discrete else actions
+        for k, env in enumerate(self.envs):
+            o, r, te, tr, _ = env.step(acts[k])
+            rew[k] = r
+            term[k] = te
+            trunc[k] = tr and not te
+            if te or tr:
+                if tr and not te:
+                    final[k] = np.asarray(o)
+                o, _ = env.reset()
+            obs[k] = o
+        return Step(obs.copy(), rew.copy(), term.copy(), trunc.copy(), final)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def make_vector_env(cfg: EnvConfig, num_envs: int, seed: int) -> VectorEnv:
+    return GymnasiumVectorEnv(cfg, num_envs, seed)
+
+
+def probe_specs(cfg: EnvConfig) -> tuple[spaces.Spec, spaces.Spec]:
+    """The observation and action specs of the configured env (makes and closes one)."""
+    env = GymnasiumVectorEnv(cfg, 1, 0)
+    try:
+        return env.observation_spec, env.action_spec
+    finally:
+        env.close()

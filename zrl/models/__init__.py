@@ -1,0 +1,163 @@
+"""Policy / value networks built from the specs agreed in the handshake.
+
+Models never see a gymnasium env: `build_actor_critic(model_cfg, obs_spec,
+action_spec)` is all the learner, the actors and the agent server need. A
+`PolicyHead` turns torso features into distribution parameters and knows how
+to sample, score (`log_prob`, which gives trajectories' `behaviour_logp`),
+and measure entropy, so algorithms are written once for Discrete and Box.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from zrl import spaces
+from zrl.config import ModelConfig
+
+__all__ = ["PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "build_actor_critic", "mlp", "preprocess"]
+
+
+def _act(name: str) -> type[nn.Module]:
+    return {"tanh": nn.Tanh, "relu": nn.ReLU}[name]
+
+
+def mlp(in_dim: int, sizes: tuple[int, ...], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in sizes:
+        lin = nn.Linear(in_dim, h)
+        nn.init.orthogonal_(lin.weight, math.sqrt(2))
+        nn.init.zeros_(lin.bias)
+        layers += [lin, _act(activation)()]
+        in_dim = h
+    return nn.Sequential(*layers)
+
+
+def preprocess(obs: torch.Tensor) -> torch.Tensor:
+    """Observations arrive in their wire dtype; uint8 images are scaled to [0, 1] here, on the model's device."""
+    if obs.dtype == torch.uint8:
+        return obs.float().mul_(1.0 / 255.0)
+    return obs.float()
+
+
+class PolicyHead(nn.Module):
+    """Features -> distribution parameters, plus the distribution's operations on them."""
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class CategoricalHead(PolicyHead):
+    def __init__(self, in_dim: int, n: int):
+        super().__init__()
+        self.linear = nn.Linear(in_dim, n)
+        nn.init.orthogonal_(self.linear.weight, 0.01)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.linear(h)  # logits
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.multinomial(torch.softmax(params, -1), 1).squeeze(-1)
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        return params.argmax(-1)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(params, -1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(params, -1)
+        return -(logp.exp() * logp).sum(-1)
+
+
+class GaussianHead(PolicyHead):
+    """Diagonal Gaussian with a state-independent log std; params = [mean, log_std]."""
+
+    def __init__(self, in_dim: int, action_dim: int):
+        super().__init__()
+        self.mean = nn.Linear(in_dim, action_dim)
+        nn.init.orthogonal_(self.mean.weight, 0.01)
+        nn.init.zeros_(self.mean.bias)
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+        self.action_dim = action_dim
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        mean = self.mean(h)
+        return torch.cat([mean, self.log_std.expand_as(mean)], -1)
+
+    def _split(self, params):
+        return params[..., : self.action_dim], params[..., self.action_dim :]
+
+    def sample(self, params):
+        mean, log_std = self._split(params)
+        return mean + log_std.exp() * torch.randn_like(mean)
+
+    def mode(self, params):
+        return self._split(params)[0]
+
+    def log_prob(self, params, actions):
+        mean, log_std = self._split(params)
+        z = (actions - mean) / log_std.exp()
+        return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self, params):
+        _, log_std = self._split(params)
+        return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+
+def make_head(in_dim: int, action_spec: spaces.Spec) -> PolicyHead:
+    if isinstance(action_spec, spaces.DiscreteSpec):
+        return CategoricalHead(in_dim, action_spec.n)
+    if isinstance(action_spec, spaces.BoxSpec):
+        return GaussianHead(in_dim, math.prod(action_spec.shape))
+    raise ValueError(f"no policy head for {action_spec}")
+
+
+class ActorCritic(nn.Module):
+    """Observation -> (policy parameters [N, P], value [N])."""
+
+    def __init__(self, cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec):
+        super().__init__()
+        if not isinstance(obs_spec, spaces.BoxSpec):
+            raise ValueError(f"observations must be a box, got {obs_spec}")
+        self.obs_dim = math.prod(obs_spec.shape)
+        out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
+        self.shared = cfg.shared_torso
+        self.pi_torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+        self.v_torso = None if self.shared else mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+        self.head = make_head(out, action_spec)
+        self.value = nn.Linear(out, 1)
+        nn.init.orthogonal_(self.value.weight, 1.0)
+        nn.init.zeros_(self.value.bias)
+
+    def _flat(self, obs: torch.Tensor) -> torch.Tensor:
+        return preprocess(obs).reshape(obs.shape[0], self.obs_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._flat(obs)
+        h = self.pi_torso(x)
+        hv = h if self.shared else self.v_torso(x)
+        return self.head(h), self.value(hv).squeeze(-1)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Policy parameters only (what an actor needs)."""
+        return self.head(self.pi_torso(self._flat(obs)))
+
+    def value_only(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self._flat(obs)
+        return self.value(self.pi_torso(x) if self.shared else self.v_torso(x)).squeeze(-1)
+
+
+def build_actor_critic(cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec) -> ActorCritic:
+    return ActorCritic(cfg, obs_spec, action_spec)

@@ -1,0 +1,101 @@
+"""Checkpoints: resume continues the counters; incompatible or corrupt ones are refused."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from zrl import checkpoint
+from zrl.checkpoint import CheckpointError
+from conftest import small_config, wait_for
+
+
+def train_a_little(make_learner, make_actor, cfg, logdir, updates):
+    learner, runner = make_learner(cfg, logdir=logdir)
+    actor, _ = make_actor(cfg)
+    wait_for(lambda: learner.updates >= updates, 60, f"{updates} updates")
+    learner.request_stop()
+    result = runner.join(30)
+    actor.stop.set()
+    return learner, result
+
+
+def test_resume_continues_the_counters(tmp_path, make_learner, make_actor):
+    cfg = small_config()
+    logdir = tmp_path / "run"
+    first, r1 = train_a_little(make_learner, make_actor, cfg, logdir, 5)
+    assert r1.stop_reason == "interrupted"
+    saved = checkpoint.list_checkpoints(logdir / "checkpoints")
+    assert saved, "a checkpoint is written on stop"
+    state = checkpoint.load(saved[-1])
+    assert state["counters"]["updates"] == r1.updates and state["counters"]["env_steps"] == r1.env_steps
+    first.close()
+
+    second, runner = make_learner(cfg, logdir=logdir, resume=True)
+    assert second.updates == r1.updates and second.env_steps == r1.env_steps and second.episodes == r1.episodes
+    # Same weights as were saved.
+    for (k, v), (k2, v2) in zip(state["model"].items(), second.model.state_dict().items()):
+        assert k == k2 and torch.equal(v, v2)
+    make_actor(cfg, index=0)
+    wait_for(lambda: second.updates >= r1.updates + 3, 60, "training to continue after resume")
+    assert second.env_steps > r1.env_steps
+
+
+def test_incompatible_checkpoint_is_refused_saying_why(tmp_path, make_learner, make_actor):
+    cfg = small_config()
+    logdir = tmp_path / "run"
+    first, _ = train_a_little(make_learner, make_actor, cfg, logdir, 2)
+    first.close()
+    wider = small_config("model.hidden_sizes=[32, 32]")
+    with pytest.raises(CheckpointError, match=r"different model.*hidden_sizes"):
+        make_learner(wider, logdir=logdir, resume=True, start=False)
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    ckdir = tmp_path / "checkpoints"
+    good = {"model_hash": "h", "model_shaping": {}, "model": {"w": torch.ones(2)}, "optimizer": {}, "counters": {"updates": 1}, "config": {}}
+    checkpoint.save(ckdir, 1, good, keep=3)
+    checkpoint.save(ckdir, 2, {**good, "counters": {"updates": 2}}, keep=3)
+    newest = checkpoint.list_checkpoints(ckdir)[-1]
+    newest.write_bytes(newest.read_bytes()[:50])  # damaged on disk
+    path, state = checkpoint.load_latest(ckdir)
+    assert state["counters"]["updates"] == 1
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        checkpoint.load(newest)
+
+
+def test_a_write_killed_midway_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    ckdir = tmp_path / "checkpoints"
+    good = {"model_hash": "h", "model_shaping": {}, "model": {}, "optimizer": {}, "counters": {"updates": 1}, "config": {}}
+    checkpoint.save(ckdir, 1, good, keep=3)
+
+    def dies_midway(obj, f):
+        f.write(b"partial bytes")
+        raise KeyboardInterrupt  # stands in for the process dying mid-write
+
+    monkeypatch.setattr(checkpoint.torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(ckdir, 2, good, keep=3)
+    monkeypatch.undo()
+    assert [p.name for p in checkpoint.list_checkpoints(ckdir)] == ["ckpt-000000000001.pt"]
+    assert checkpoint.load_latest(ckdir)[1]["counters"]["updates"] == 1
+    # A temporary left behind by a real kill is never mistaken for a checkpoint.
+    (ckdir / ".ckpt-dead.tmp").write_bytes(b"junk")
+    assert checkpoint.load_latest(ckdir)[1]["counters"]["updates"] == 1
+
+
+def test_checkpoints_keep_only_the_last_k(tmp_path):
+    ckdir = tmp_path / "c"
+    st = {"model_hash": "h", "model_shaping": {}, "model": {}, "optimizer": {}, "counters": {}, "config": {}}
+    for i in range(5):
+        checkpoint.save(ckdir, i, st, keep=2)
+    assert [p.name for p in checkpoint.list_checkpoints(ckdir)] == ["ckpt-000000000003.pt", "ckpt-000000000004.pt"]
+
+
+def test_other_format_is_refused(tmp_path):
+    p = tmp_path / "ckpt-000000000001.pt"
+    torch.save({"format_version": 99}, p)
+    with pytest.raises(CheckpointError, match="format"):
+        checkpoint.load(p)
+    os.unlink(p)

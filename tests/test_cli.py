@@ -1,0 +1,121 @@
+"""The real CLI in subprocesses: Ctrl-C, config errors, eval, bench, and one learning run."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
+
+from conftest import DEFAULT_CONFIG, ROOT, wait_for
+
+ZRL = [sys.executable, "-m", "zrl"]
+SMALL = ["-o", "learner.log_interval_s=0.5", "-o", "learner.checkpoint_interval_s=600"]
+
+
+class Proc:
+    """A CLI subprocess in its own session, its output collected by a thread."""
+
+    def __init__(self, args, cwd=ROOT):
+        self.p = subprocess.Popen([*ZRL, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait(self, timeout):
+        try:
+            code = self.p.wait(timeout=timeout)
+        finally:
+            if self.p.poll() is None:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+        self.reader.join(5)
+        return code
+
+    def kill_tree(self):
+        if self.p.poll() is None:
+            for c in psutil.Process(self.p.pid).children(recursive=True):
+                c.kill()
+            self.p.kill()
+            self.p.wait()
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path):
+    run = Proc(["run", "--bind", "tcp://127.0.0.1:*", "--logdir", str(tmp_path), "--max-seconds", "100", "--stop-at-return", "100000", *SMALL])
+    try:
+        wait_for(lambda: run.output.count("connected to") >= 2, 60, "both actors to connect")
+        wait_for(lambda: "updates" in run.output, 60, "a progress line")
+        children = psutil.Process(run.p.pid).children(recursive=True)
+        assert len(children) == 3  # learner + 2 actors
+        os.killpg(run.p.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        code = run.wait(60)
+    finally:
+        run.kill_tree()
+    assert code == 0, run.output
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left behind: {alive}"
+    assert (tmp_path / "checkpoints").is_dir() and any((tmp_path / "checkpoints").iterdir()), "learner checkpoints on Ctrl-C"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    assert summary["env_steps"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_bad_config_key_is_named_and_fails(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("learner:\n  batchsize: 3\n")
+    p = Proc(["run", "--config", str(cfg), "--logdir", str(tmp_path)])
+    assert p.wait(30) != 0
+    assert "learner.batchsize" in p.output and "bad.yaml" in p.output
+
+
+@pytest.mark.timeout(120)
+def test_short_run_then_eval_and_resume(tmp_path):
+    run = Proc(["run", "--logdir", str(tmp_path), "--max-env-steps", "30000", "--stop-at-return", "100000", *SMALL])
+    assert run.wait(90) == 0, run.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("wall_s", "env_steps", "env_steps_per_s", "final_mean_return", "reached"):
+        assert key in summary
+    assert summary["env_steps"] >= 30000 and summary["reached"] is False
+    ev = Proc(["eval", "--checkpoint", str(tmp_path), "--episodes", "4"])
+    assert ev.wait(60) == 0, ev.output
+    assert "mean return" in ev.output and "over 4 episodes" in ev.output
+    again = Proc(["run", "--logdir", str(tmp_path), "--resume", "--max-env-steps", "45000", "--stop-at-return", "100000", *SMALL])
+    assert again.wait(90) == 0, again.output
+    assert "resumed from" in again.output
+    s2 = json.loads((tmp_path / "summary.json").read_text())
+    assert s2["env_steps"] >= 45000 and s2["updates"] > summary["updates"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_kernels_quick_writes_results(tmp_path):
+    p = Proc(["bench", "kernels", "--quick", "--out", str(tmp_path)])
+    assert p.wait(100) == 0, p.output
+    data = json.loads((tmp_path / "kernels.json").read_text())
+    assert data["columns"][:3] == ["T", "B", "zrl_us"]
+    assert [(r["T"], r["B"]) for r in data["rows"]] == [(20, 32), (80, 32)]
+    assert all(r["zrl_us"] > 0 and r["torch_us"] > 0 for r in data["rows"])
+    assert (tmp_path / "kernels.md").read_text().startswith("## V-trace")
+
+
+@pytest.mark.timeout(360)
+def test_default_config_learns_cartpole(tmp_path):
+    """The learning test: the real CLI, default config, 2 actors, a generous bound."""
+    run = Proc(["run", "--config", str(DEFAULT_CONFIG), "--seed", "1", "--logdir", str(tmp_path), "--stop-at-return", "400", "--max-seconds", "300"])
+    assert run.wait(340) == 0, run.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reached"] is True, summary
+    assert summary["final_mean_return"] >= 400

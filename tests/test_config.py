@@ -1,0 +1,97 @@
+"""Config: typed sections, unknown keys and bad values named with the file."""
+from __future__ import annotations
+
+import pytest
+
+from zrl.config import ALGO_CONFIGS, Config, ConfigError, ImpalaConfig, config_from_dict, load_config
+from conftest import DEFAULT_CONFIG
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_default_config_loads_and_is_impala_on_cartpole():
+    cfg = load_config(DEFAULT_CONFIG)
+    assert cfg.env.id == "CartPole-v1"
+    assert isinstance(cfg.algo, ImpalaConfig)
+    assert cfg.run.num_actors == 2
+    assert cfg.learner.batch_size % cfg.actor.num_envs == 0
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    p = write(tmp_path, "learner:\n  learning_rat: 0.1\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml.*learner\.learning_rat"):
+        load_config(p)
+
+
+def test_unknown_section_names_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"c\.yaml.*learnr"):
+        load_config(write(tmp_path, "learnr: {}\n"))
+
+
+def test_wrong_type_names_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"c\.yaml.*actor\.num_envs.*integer"):
+        load_config(write(tmp_path, "actor:\n  num_envs: many\n"))
+    with pytest.raises(ConfigError, match=r"model\.shared_torso"):
+        load_config(write(tmp_path, "model:\n  shared_torso: 3\n"))
+
+
+def test_invariants_give_the_reason(tmp_path):
+    with pytest.raises(ConfigError, match=r"algo\.discount.*\[0, 1\]"):
+        load_config(write(tmp_path, "algo:\n  name: impala\n  discount: 1.5\n"))
+    with pytest.raises(ConfigError, match="multiple of actor.num_envs"):
+        load_config(write(tmp_path, "actor:\n  num_envs: 3\nlearner:\n  batch_size: 64\n"))
+
+
+def test_unknown_algorithm_lists_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"algo\.name.*'ppo2'.*impala"):
+        load_config(write(tmp_path, "algo:\n  name: ppo2\n"))
+
+
+def test_overrides_apply_and_are_checked(tmp_path):
+    p = write(tmp_path, "learner:\n  learning_rate: 0.1\n")
+    cfg = load_config(p, ["learner.learning_rate=3e-4", "model.hidden_sizes=[32, 16]", "run.stop_at_return=null"])
+    assert cfg.learner.learning_rate == pytest.approx(3e-4)
+    assert cfg.model.hidden_sizes == (32, 16)
+    assert cfg.run.stop_at_return is None
+    with pytest.raises(ConfigError, match=r"learner\.nope"):
+        load_config(p, ["learner.nope=1"])
+    with pytest.raises(ConfigError, match="section.key"):
+        load_config(p, ["learning_rate=1"])
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "learner: [unclosed\n"))
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(write(tmp_path, "- a list\n"))
+
+
+def test_round_trip_through_dict():
+    cfg = load_config(DEFAULT_CONFIG)
+    again = config_from_dict(cfg.to_dict())
+    assert again == cfg
+    assert again.model_hash() == cfg.model_hash()
+
+
+def test_model_hash_tracks_what_shapes_the_model():
+    cfg = Config()
+    obs = {"type": "box", "shape": [4], "dtype": "float32", "low": None, "high": None}
+    act = {"type": "discrete", "n": 2}
+    base = cfg.model_hash(obs, act)
+    assert cfg.replace(learner=cfg.learner.__class__(learning_rate=0.5)).model_hash(obs, act) == base
+    wider = config_from_dict({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "hidden_sizes": [128, 128]}})
+    assert wider.model_hash(obs, act) != base
+    assert cfg.model_hash(obs, {"type": "discrete", "n": 3}) != base
+
+
+def test_every_registered_algorithm_has_a_loadable_module():
+    from zrl.learner import algorithms
+
+    for name in ALGO_CONFIGS:
+        assert algorithms.get(name).name == name

@@ -1,0 +1,95 @@
+"""The handshake on the learner's control endpoint, and its errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zmq
+
+from zrl import spaces, wire
+from zrl.actors.actor import HelloError, hello_meta, say_hello
+from conftest import small_config, wait_for
+
+OBS = spaces.BoxSpec(shape=(4,), dtype="float32")
+ACT = spaces.DiscreteSpec(n=2)
+
+
+def meta_for(cfg, **change):
+    m = hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs)
+    m.update(change)
+    return m
+
+
+def test_hello_reply_names_endpoints_specs_and_carries_weights(ctx, endpoint, make_learner):
+    cfg = small_config()
+    learner, _ = make_learner(cfg)
+    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)
+    info = reply.json()
+    assert reply.kind == wire.Kind.HELLO_REPLY
+    assert info["trajectory_endpoint"] == learner.trajectory_endpoint
+    assert info["weights_endpoint"] == learner.weights_endpoint
+    assert info["obs_space"] == OBS.to_json() and info["action_space"] == ACT.to_json()
+    n = sum(p.numel() for p in learner.model.parameters())
+    assert reply.arrays["params"].shape == (n,) and reply.arrays["params"].dtype == np.float32
+    assert info["policy_version"] == 0
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"protocol": 99}, "protocol"),
+        ({"algo": "apex_dqn"}, "algorithm"),
+        ({"role": "spy"}, "role"),
+        ({"obs_space": {"type": "box", "shape": "four"}}, "spec"),
+        ({"unroll_length": 7}, "unroll_length"),
+        ({"num_envs": 3}, "num_envs"),
+        ({"model_hash": "0000"}, "model"),
+    ],
+)
+def test_bad_hello_gets_an_error_the_actor_raises(ctx, endpoint, make_learner, change, match):
+    cfg = small_config()
+    learner, _ = make_learner(cfg)
+    with pytest.raises(HelloError, match=match):
+        say_hello(ctx, endpoint, meta_for(cfg, **change), timeout_s=10)
+    assert learner.rejected["hello_refused"] == 1
+
+
+def test_specs_are_agreed_by_the_first_hello(ctx, endpoint, make_learner):
+    cfg = small_config()
+    make_learner(cfg)
+    say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)
+    other = spaces.BoxSpec(shape=(5,), dtype="float32")
+    m = hello_meta(cfg, "actor", 1, other, ACT, cfg.actor.num_envs)
+    with pytest.raises(HelloError, match="differ"):
+        say_hello(ctx, endpoint, m, timeout_s=10)
+
+
+def test_garbage_on_the_control_socket_gets_an_error_reply(ctx, endpoint, make_learner):
+    cfg = small_config()
+    learner, _ = make_learner(cfg)
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    try:
+        s.send(b"not a zrl frame")
+        assert s.poll(10_000)
+        reply = wire.decode(s.recv())
+        assert reply.kind == wire.Kind.ERROR and "bad hello" in reply.text()
+        s.send_multipart([b"two", b"frames"])
+        wait_for(lambda: learner.rejected["bad_header"] >= 1, 10, "multi-frame control message counted")
+    finally:
+        s.close()
+    # and the learner still answers real hellos
+    assert say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10) is not None
+
+
+def test_hello_times_out_without_a_learner(ctx, endpoint):
+    assert say_hello(ctx, endpoint, {"role": "actor"}, timeout_s=0.2) is None
+
+
+def test_actor_connects_and_gets_current_weights(make_learner, make_actor):
+    cfg = small_config()
+    learner, _ = make_learner(cfg)
+    actor, _ = make_actor(cfg, max_steps=10**9)
+    wait_for(lambda: learner.updates >= 3, 60, "learner updates from the actor's data")
+    wait_for(lambda: actor.policy_version >= 1, 60, "actor applies published weights")
+    assert actor.weights_applied >= 2  # the hello reply, then at least one broadcast

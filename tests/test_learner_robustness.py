@@ -1,0 +1,59 @@
+"""A learner fed garbage, truncated, oversized and mis-shaped messages keeps training."""
+from __future__ import annotations
+
+import numpy as np
+import zmq
+
+from zrl import wire
+from conftest import small_config, wait_for
+
+
+def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, make_actor):
+    cfg = small_config("learner.max_message_bytes=65536")
+    learner, runner = make_learner(cfg)
+    make_actor(cfg)
+    wait_for(lambda: learner.updates >= 2, 60, "training to start")
+
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(learner.trajectory_endpoint)
+    T, K = cfg.actor.unroll_length, cfg.actor.num_envs
+    good = {
+        "obs": np.zeros((T + 1, K, 4), np.float32),
+        "action": np.zeros((T, K), np.int64),
+        "reward": np.zeros((T, K), np.float32),
+        "terminated": np.zeros((T, K), bool),
+        "truncated": np.zeros((T, K), bool),
+        "behaviour_logp": np.zeros((T, K), np.float32),
+        "final_index": np.zeros(0, np.int32),
+        "final_obs": np.zeros((0, 4), np.float32),
+    }
+    valid = bytes(wire.encode(wire.Kind.TRAJECTORY, good))
+    bad = {
+        "too_short": [b"", b"x", valid[:20]],
+        "bad_length": [valid[:-1], valid[:200]],
+        "too_large": [b"\0" * 70000],
+        "bad_magic": [b"JUNK" + valid[4:]],
+        "bad_version": [valid[:4] + b"\x09\x00" + valid[6:]],
+        "bad_kind": [valid[:6] + b"\xee\x00" + valid[8:]],
+        "unexpected_kind": [bytes(wire.encode(wire.Kind.WEIGHTS, {"params": np.zeros(3, np.float32)}))],
+        "bad_shape": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "obs": np.zeros((T + 1, K, 5), np.float32)}))],
+        "bad_dtype": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "reward": np.zeros((T, K), np.float64)}))],
+        "missing_field": [bytes(wire.encode(wire.Kind.TRAJECTORY, {k: v for k, v in good.items() if k != "reward"}))],
+        "bad_value": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), 7, np.int64)}))],
+    }
+    rng = np.random.default_rng(0)
+    bad["random"] = [rng.integers(0, 256, rng.integers(1, 3000), dtype=np.uint8).tobytes() for _ in range(200)]
+    sent = 0
+    for frames in bad.values():
+        for f in frames:
+            push.send(f)
+            sent += 1
+    push.close()
+    before = learner.updates
+    wait_for(lambda: sum(learner.rejected.values()) >= sent, 60, "every bad message counted")
+    for reason in bad:
+        if reason != "random":
+            assert learner.rejected[reason] >= len(bad[reason]), (reason, dict(learner.rejected))
+    wait_for(lambda: learner.updates >= before + 5, 60, "training to continue after the garbage")
+    assert runner.thread.is_alive()

@@ -1,0 +1,281 @@
+"""The actor process: step K envs with a CPU copy of the policy, stream chunks.
+
+An actor knows one address, the learner's control endpoint. It says hello
+there (who it is, its specs, its model hash) and the reply tells it where to
+PUSH trajectories, where to SUB for weights, and carries the current
+weights. Then it loops: apply the newest weights if any arrived (never
+waiting for them), act on all K envs in one batched forward pass, step, let
+the algorithm cut messages, send them.
+
+Sends wait on ZeroMQ's high-water mark (back-pressure from a busy learner).
+If a send cannot go through for `actor.learner_timeout_s`, the actor asks
+the learner's control endpoint whether it is alive: a busy learner answers
+and the actor keeps waiting; a lost one does not, and the actor says so and
+keeps saying hello, with a deadline per attempt, until one comes back, then
+reconnects to whatever endpoints that learner reports.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket as pysocket
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from zrl import spaces, transport, wire
+from zrl.config import Config
+from zrl.envs import make_vector_env
+from zrl.learner import algorithms
+from zrl.learner.algorithms.base import Sender
+
+log = logging.getLogger("zrl.actor")
+
+
+class HelloError(RuntimeError):
+    """The learner refused our hello; the message is the learner's reason."""
+
+
+class LearnerFinished(Exception):
+    pass
+
+
+def hello_meta(config: Config, role: str, index: int, obs_spec: spaces.Spec, action_spec: spaces.Spec, num_envs: int) -> dict[str, Any]:
+    return {
+        "role": role,
+        "index": index,
+        "protocol": wire.PROTOCOL_VERSION,
+        "algo": config.algo.name,
+        "obs_space": obs_spec.to_json(),
+        "action_space": action_spec.to_json(),
+        "model_hash": config.model_hash(obs_spec.to_json(), action_spec.to_json()),
+        "num_envs": num_envs,
+        "unroll_length": config.actor.unroll_length,
+        "host": pysocket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: float, sender_id: int = 0) -> wire.Message | None:
+    """One hello attempt on a fresh DEALER (the Lazy Pirate pattern): the reply, or None on timeout.
+
+    Raises HelloError when the learner answers with an error.
+    """
+    sock = transport.socket(ctx, zmq.DEALER)
+    try:
+        sock.connect(endpoint)
+        sock.send(wire.encode(wire.Kind.HELLO, meta=meta, sender_id=sender_id))
+        if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            return None
+        msg = wire.decode(sock.recv(copy=False), allowed_kinds=frozenset({int(wire.Kind.HELLO_REPLY), int(wire.Kind.ERROR)}))
+        if msg.kind == wire.Kind.ERROR:
+            raise HelloError(f"learner at {endpoint} refused hello: {msg.text()}")
+        return msg
+    finally:
+        sock.close(linger=0)
+
+
+class Actor:
+    def __init__(
+        self,
+        config: Config,
+        learner: str,
+        index: int = 0,
+        num_actors: int = 1,
+        seed: int | None = None,
+        *,
+        ctx: zmq.Context | None = None,
+        stop: threading.Event | None = None,
+        console: bool = True,
+        max_steps: int | None = None,
+    ):
+        self.config = config
+        self.learner = learner
+        self.index = index
+        self.num_actors = num_actors
+        self.seed = config.run.seed if seed is None else seed
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
+        self.stop = stop or threading.Event()
+        self.console = console
+        self.max_steps = max_steps
+        self.push: zmq.Socket | None = None
+        self.sub: zmq.Socket | None = None
+        self.policy_version = -1
+        self.env_steps = 0
+        self.weights_applied = 0
+        self.model: torch.nn.Module | None = None
+        self.actor_algo = None
+
+    def _say(self, text: str) -> None:
+        if self.console:
+            print(f"[actor {self.index}] {text}", flush=True)
+        log.info("actor %d: %s", self.index, text)
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self, meta: dict[str, Any]) -> None:
+        """Says hello until the learner answers (or we are stopped); (re)opens PUSH and SUB."""
+        timeout = self.config.actor.learner_timeout_s
+        attempt = 0
+        t0 = time.monotonic()
+        while not self.stop.is_set():
+            attempt += 1
+            reply = say_hello(self.ctx, self.learner, meta, timeout, sender_id=self.index)
+            if reply is not None:
+                break
+            self._say(f"learner at {self.learner} not answering (attempt {attempt}, {time.monotonic() - t0:.0f}s); retrying")
+        else:
+            return
+        info = reply.json()
+        self._close_data_sockets()
+        self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.config.actor.send_hwm)
+        self.push.connect(transport.connectable(info["trajectory_endpoint"], self.learner))
+        self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(transport.connectable(info["weights_endpoint"], self.learner))
+        self._apply_weights(reply)
+        if attempt > 1:
+            self._say(f"learner is back; reconnected at policy version {self.policy_version}")
+
+    def _close_data_sockets(self) -> None:
+        for s in (self.push, self.sub):
+            if s is not None:
+                s.close(linger=0)
+        self.push = self.sub = None
+
+    def _apply_weights(self, msg: wire.Message) -> None:
+        params = msg.arrays.get("params")
+        n = sum(p.numel() for p in self.model.parameters())
+        if params is None or params.dtype != np.float32 or params.shape != (n,):
+            log.warning("ignoring weights of shape %s (model has %d parameters)", None if params is None else params.shape, n)
+            return
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(torch.from_numpy(params.copy()), self.model.parameters())
+        self.policy_version = msg.policy_version
+        if self.actor_algo is not None:
+            self.actor_algo.policy_version = msg.policy_version
+        self.weights_applied += 1
+
+    def _poll_weights(self) -> None:
+        """Applies only the newest weights that arrived; never blocks."""
+        newest = None
+        while True:
+            try:
+                frame = self.sub.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                msg = wire.decode(frame, allowed_kinds=frozenset({int(wire.Kind.WEIGHTS), int(wire.Kind.SHUTDOWN)}))
+            except wire.WireError as e:
+                log.warning("dropping bad weights message: %s", e)
+                continue
+            if msg.kind == wire.Kind.SHUTDOWN:
+                raise LearnerFinished(msg.text())
+            newest = msg
+        if newest is not None and newest.policy_version != self.policy_version:
+            self._apply_weights(newest)
+
+    def _send(self, frame, meta: dict[str, Any]) -> None:
+        """Sends one frame, waiting on back-pressure; reconnects if the learner is gone."""
+        timeout = self.config.actor.learner_timeout_s
+        while not self.stop.is_set():
+            try:
+                self.push.send(frame, zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                pass
+            waited = 0.0
+            while waited < timeout and not self.stop.is_set():
+                if self.push.poll(100, zmq.POLLOUT):
+                    break
+                waited += 0.1
+                self._poll_weights()
+            else:
+                if self.stop.is_set():
+                    return
+                # Stuck for a whole timeout: is the learner busy or gone?
+                try:
+                    alive = say_hello(self.ctx, self.learner, meta, timeout, sender_id=self.index) is not None
+                except HelloError:
+                    alive = False
+                if alive:
+                    self._say("learner is busy (back-pressure); still waiting to send")
+                else:
+                    self._say("lost the learner; reconnecting")
+                    self._connect(meta)
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        """Runs until stopped, the learner shuts down, or max_steps; returns env steps taken."""
+        cfg = self.config
+        torch.set_num_threads(cfg.actor.torch_threads)
+        K = cfg.actor.num_envs
+        seed = self.seed * 10_000 + self.index * K
+        torch.manual_seed(seed)
+        env = make_vector_env(cfg.env, K, seed)
+        try:
+            algo = algorithms.get(cfg.algo.name)(cfg, env.observation_spec, env.action_spec)
+            self.model = algo.build_model()
+            self.model.eval()
+            meta = hello_meta(cfg, "actor", self.index, env.observation_spec, env.action_spec, K)
+            self._connect(meta)
+            if self.stop.is_set():
+                return 0
+            sender = Sender(self.index)
+            self.actor_algo = algo.make_actor(self.model, num_envs=K, actor_index=self.index, num_actors=self.num_actors, seed=seed, sender=sender)
+            self.actor_algo.policy_version = self.policy_version
+            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}, policy version {self.policy_version}")
+            return self._loop(env, meta, sender)
+        except LearnerFinished as e:
+            self._say(f"learner finished ({e}); exiting")
+            return self.env_steps
+        finally:
+            env.close()
+            self._close_data_sockets()
+            if self._own_ctx:
+                self.ctx.term()
+
+    def _loop(self, env, meta, sender: Sender) -> int:
+        K = self.config.actor.num_envs
+        stats_every = self.config.actor.stats_interval_s
+        obs = env.reset()
+        self.actor_algo.begin(obs)
+        ep_ret = np.zeros(K, np.float64)
+        ep_len = np.zeros(K, np.int64)
+        done_ret: list[float] = []
+        done_len: list[float] = []
+        last_stats = time.monotonic()
+        while not self.stop.is_set():
+            self._poll_weights()
+            actions = self.actor_algo.act(obs)
+            step = env.step(actions)
+            for frame in self.actor_algo.observe(step):
+                self._send(frame, meta)
+            self.env_steps += K
+            ep_ret += step.reward
+            ep_len += 1
+            done = step.terminated | step.truncated
+            if done.any():
+                for k in np.flatnonzero(done):
+                    done_ret.append(float(ep_ret[k]))
+                    done_len.append(float(ep_len[k]))
+                ep_ret[done] = 0.0
+                ep_len[done] = 0
+            now = time.monotonic()
+            if done_ret and now - last_stats >= stats_every:
+                self._send(
+                    sender.encode(wire.Kind.STATS, {"episode_return": np.array(done_ret), "episode_length": np.array(done_len)}, self.policy_version),
+                    meta,
+                )
+                done_ret, done_len = [], []
+                last_stats = now
+            obs = step.obs
+            if self.max_steps is not None and self.env_steps >= self.max_steps:
+                break
+        return self.env_steps

@@ -1,0 +1,28 @@
+"""`zrl bench NAME`: runs benchmarks from zrl.bench.BENCHMARKS and writes their results."""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from zrl.bench import BENCHMARKS
+from zrl.bench.harness import BenchOptions, format_table, write_result
+
+
+def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int = 5) -> list:
+    names = list(BENCHMARKS) if name == "all" else [name]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise KeyError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(BENCHMARKS)}, all)")
+    opts = BenchOptions(out=Path(out), quick=quick, repeats=repeats)
+    results = []
+    for n in names:
+        print(f"== zrl bench {n}{' (quick)' if quick else ''}", flush=True)
+        result = importlib.import_module(BENCHMARKS[n]).run(opts)
+        print(result.title)
+        print(format_table(result))
+        for note in result.notes:
+            print(f"  - {note}")
+        json_path, md_path = write_result(result, opts.out)
+        print(f"  wrote {json_path} and {md_path}", flush=True)
+        results.append(result)
+    return results

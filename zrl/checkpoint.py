@@ -1,0 +1,107 @@
+"""Atomic checkpoints with resume from the newest complete one.
+
+A checkpoint is one torch file (loaded with weights_only=True: tensors and
+plain containers, no arbitrary objects) holding the model, optimiser and
+algorithm state, the counters, the config, the specs, a format version and
+the hash of what shapes the model. It is written to a temporary file in the
+same directory and renamed over, so a kill mid-write leaves the previous
+checkpoint intact; the last K are kept.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("zrl.checkpoint")
+
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: corrupt, another format, or another model."""
+
+
+def path_for(ckdir: Path, updates: int) -> Path:
+    return ckdir / f"ckpt-{updates:012d}.pt"
+
+
+def list_checkpoints(ckdir: Path) -> list[Path]:
+    """Complete checkpoints (not temporaries), oldest first."""
+    if not ckdir.is_dir():
+        return []
+    return sorted(p for p in ckdir.iterdir() if _NAME.match(p.name))
+
+
+def save(ckdir: Path, updates: int, state: dict[str, Any], keep: int) -> Path:
+    ckdir.mkdir(parents=True, exist_ok=True)
+    state = {"format_version": FORMAT_VERSION, **state}
+    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=ckdir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        final = path_for(ckdir, updates)
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    for old in list_checkpoints(ckdir)[:-keep]:
+        try:
+            old.unlink()
+        except OSError:
+            pass
+    for stale in ckdir.glob(".ckpt-*.tmp"):  # left by a process killed mid-write
+        if stale.name != os.path.basename(tmp):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+    return final
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Loads one checkpoint file; CheckpointError if it is corrupt or of another format."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a damaged file
+        raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+        got = state.get("format_version") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{path}: checkpoint format {got!r}, this zrl reads {FORMAT_VERSION}")
+    for key in ("model_hash", "model_shaping", "model", "optimizer", "counters", "config"):
+        if key not in state:
+            raise CheckpointError(f"{path}: missing {key!r}, not a complete zrl checkpoint")
+    return state
+
+
+def check_compatible(path: Path, state: dict[str, Any], model_hash: str, shaping: dict[str, Any]) -> None:
+    """Refuses a checkpoint whose model differs from the config's, saying what differs."""
+    if state["model_hash"] == model_hash:
+        return
+    theirs = state["model_shaping"]
+    diffs = []
+    for key in sorted(set(theirs) | set(shaping)):
+        if theirs.get(key) != shaping.get(key):
+            diffs.append(f"{key}: checkpoint has {theirs.get(key)!r}, config has {shaping.get(key)!r}")
+    raise CheckpointError(f"{path} was written for a different model and cannot be resumed: " + "; ".join(diffs or ["model hash differs"]))
+
+
+def load_latest(ckdir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads; damaged ones are skipped with a warning."""
+    for path in reversed(list_checkpoints(ckdir)):
+        try:
+            return path, load(path)
+        except CheckpointError as e:
+            log.warning("skipping checkpoint: %s", e)
+    return None

@@ -1,0 +1,170 @@
+"""The `zrl` command. Commands only parse arguments, build configs and call
+library code (zrl.learner, zrl.actors, zrl.launch, zrl.evaluate, zrl.bench);
+heavy imports (torch) happen inside the commands that need them, so
+`zrl run` itself starts fast and the children do the importing in parallel.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+
+import click
+
+from zrl.config import ConfigError, load_config
+
+T_START = time.time()
+
+
+def _load(config_path, overrides):
+    try:
+        return load_config(config_path, list(overrides))
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _install_stop_handlers(on_stop) -> None:
+    """First SIGINT/SIGTERM asks for a clean stop; a second one exits at once."""
+    count = {"n": 0}
+
+    def handler(signum, frame):
+        count["n"] += 1
+        if count["n"] > 1:
+            print("\n[zrl] second signal: exiting now", file=sys.stderr, flush=True)
+            sys.exit(130)
+        on_stop()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="YAML config (default: configs/cartpole_impala.yaml).")
+override_option = click.option("-o", "--override", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(verbose: bool) -> None:
+    """zrl: distributed reinforcement learning over ZeroMQ."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+
+
+@main.command()
+@config_option
+@override_option
+@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, help="Control endpoint (ROUTER) that actors say hello to; port may be *.")
+@click.option("--logdir", type=click.Path(file_okay=False), default=None, help="TensorBoard events, checkpoints (default: run.logdir).")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in LOGDIR.")
+@click.option("--device", default=None, help="auto, cpu or cuda[:N] (default: learner.device).")
+@click.option("--seed", type=int, default=None, help="Seed for the model's initialisation (default: run.seed).")
+@click.option("--stop-at-return", type=float, default=None, help="Stop when the mean return of the last run.return_window episodes reaches this.")
+@click.option("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--max-env-steps", type=int, default=None, help="Stop after this many env steps.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
+def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file):
+    """Train: receive trajectories, publish weights, checkpoint."""
+    overrides = list(overrides)
+    if device is not None:
+        overrides.append(f"learner.device={device}")
+    if seed is not None:
+        overrides.append(f"run.seed={seed}")
+    cfg = _load(config_path, overrides)
+    from zrl.launch import run_learner
+
+    sys.exit(run_learner(cfg, bind, logdir or cfg.run.logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps, ready_file=ready_file, install_signals=_install_stop_handlers))
+
+
+@main.command()
+@config_option
+@override_option
+@click.option("--learner", "learner_endpoint", default="tcp://127.0.0.1:5555", show_default=True, help="The learner's control endpoint.")
+@click.option("--index", type=int, default=0, show_default=True, help="This actor's index (its sender id).")
+@click.option("--num-actors", type=int, default=1, show_default=True, help="How many actors there are in all.")
+@click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
+def actor(config_path, overrides, learner_endpoint, index, num_actors, seed):
+    """Step environments and stream trajectories to a learner."""
+    cfg = _load(config_path, overrides)
+    if index < 0 or num_actors < 1 or index >= num_actors:
+        raise click.BadParameter(f"--index {index} must be in [0, --num-actors {num_actors})")
+    from zrl.launch import run_actor
+
+    sys.exit(run_actor(cfg, learner_endpoint, index, num_actors, seed, install_signals=_install_stop_handlers))
+
+
+@main.command()
+@config_option
+@override_option
+@click.option("--actors", type=int, default=None, help="Actor processes (default: run.num_actors).")
+@click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
+@click.option("--logdir", type=click.Path(file_okay=False), default=None, help="Output directory (default: run.logdir).")
+@click.option("--bind", default=None, help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
+@click.option("--stop-at-return", type=float, default=None, help="Stop once the mean return of the last 100 episodes reaches this.")
+@click.option("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--max-env-steps", type=int, default=None, help="Stop after this many env steps.")
+@click.option("--resume", is_flag=True, help="Resume the learner from LOGDIR's newest checkpoint.")
+def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume):
+    """Start a learner and N actors on this machine; stop them all on exit."""
+    cfg = _load(config_path, overrides)
+    from zrl.launch import RunOptions, run_local
+
+    opts = RunOptions(
+        config_path=config_path,
+        overrides=list(overrides),
+        num_actors=cfg.run.num_actors if actors is None else actors,
+        seed=cfg.run.seed if seed is None else seed,
+        logdir=logdir or cfg.run.logdir,
+        bind=bind,
+        stop_at_return=stop_at_return if stop_at_return is not None else cfg.run.stop_at_return,
+        max_seconds=max_seconds if max_seconds is not None else cfg.run.max_seconds,
+        max_env_steps=max_env_steps,
+        resume=resume,
+        t_start=_process_start_time(),
+    )
+    sys.exit(run_local(cfg, opts))
+
+
+@main.command(name="eval")
+@click.option("--checkpoint", "checkpoint_path", required=True, type=click.Path(exists=True), help="A checkpoint file or a logdir (newest checkpoint).")
+@click.option("--episodes", type=int, default=10, show_default=True)
+@click.option("--sample", is_flag=True, help="Sample actions from the policy instead of acting greedily.")
+@click.option("--seed", type=int, default=12345, show_default=True)
+@click.option("--num-envs", type=int, default=8, show_default=True)
+def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
+    """Run a checkpoint's policy and print its mean return."""
+    from zrl.evaluate import evaluate_checkpoint
+
+    try:
+        result = evaluate_checkpoint(checkpoint_path, episodes=episodes, greedy=not sample, seed=seed, num_envs=num_envs)
+    except (ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"mean return {result['mean_return']:.2f} over {result['episodes']} episodes (min {result['min_return']:.1f}, max {result['max_return']:.1f}, {'sampled' if sample else 'greedy'})")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
+@click.option("--quick", is_flag=True, help="Small sizes and few repeats (a smoke test, not a measurement).")
+@click.option("--repeats", type=int, default=5, show_default=True)
+def bench(name, out, quick, repeats):
+    """Run benchmark NAME (or `all`) side by side with its references."""
+    from zrl.bench.runner import run_benchmarks
+
+    try:
+        run_benchmarks(name, out, quick=quick, repeats=repeats)
+    except KeyError as e:
+        raise click.ClickException(str(e.args[0])) from None
+
+
+def _process_start_time() -> float:
+    """When this process started (so wall times include interpreter start-up)."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:
+        return T_START
+
+
+if __name__ == "__main__":
+    main()

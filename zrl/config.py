@@ -1,0 +1,430 @@
+"""One typed configuration shared by every zrl process.
+
+A config is a YAML file with one mapping per section (`env`, `model`, `algo`,
+`actor`, `learner`, `run`); each section is a frozen dataclass below with a
+comment on every field. `algo.name` selects the algorithm, and the remaining
+`algo` keys are that algorithm's hyper-parameters (`ALGO_CONFIGS`). Unknown
+keys and wrong types are errors that name the key and the file; invariants
+are checked in `__post_init__` with the reason. `-o section.key=value`
+overrides (values parsed as YAML) are applied before validation.
+
+Everything here is import-light (no torch), so the CLI can validate a config
+before starting any process.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "Config",
+    "EnvConfig",
+    "ModelConfig",
+    "ImpalaConfig",
+    "ActorConfig",
+    "LearnerConfig",
+    "RunConfig",
+    "ALGO_CONFIGS",
+    "load_config",
+    "config_from_dict",
+    "default_config_path",
+]
+
+
+class ConfigError(ValueError):
+    """A bad config: the message names the file and the key."""
+
+
+def _check(cond: bool, key: str, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {why}")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = "CartPole-v1"
+    """Gymnasium environment id (Atari ids such as ALE/Pong-v5 need ale-py)."""
+    kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments for gymnasium.make."""
+    max_episode_steps: Optional[int] = None
+    """Override the env's time limit (episodes are truncated there, and bootstrapped)."""
+
+    def __post_init__(self):
+        _check(bool(self.id), "env.id", "must name a gymnasium environment")
+        _check(self.max_episode_steps is None or self.max_episode_steps > 0, "env.max_episode_steps", "must be > 0")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    network: str = "mlp"
+    """Torso: mlp (vector observations)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the MLP torso."""
+    activation: str = "tanh"
+    """tanh or relu."""
+    shared_torso: bool = False
+    """One torso for policy and value (True) or one each (False)."""
+
+    def __post_init__(self):
+        _check(self.network in ("mlp",), "model.network", f"unknown network {self.network!r} (known: mlp)")
+        _check(all(h > 0 for h in self.hidden_sizes), "model.hidden_sizes", "widths must be > 0")
+        _check(self.activation in ("tanh", "relu"), "model.activation", "must be tanh or relu")
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """IMPALA: V-trace actor-critic on a stream of fresh trajectories."""
+
+    name: str = "impala"
+    discount: float = 0.99
+    """gamma."""
+    vtrace_lambda: float = 1.0
+    """lambda of V-trace's traces (c_i = lambda * min(c bar, pi/mu))."""
+    clip_rho_threshold: Optional[float] = 1.0
+    """rho bar (None: no clipping)."""
+    clip_pg_rho_threshold: Optional[float] = 1.0
+    """rho bar of the policy-gradient advantage (None: no clipping)."""
+    clip_c_threshold: Optional[float] = 1.0
+    """c bar (None: no clipping)."""
+    baseline_cost: float = 0.5
+    """Weight of the value loss 0.5 * (vs - V)^2."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy bonus."""
+    reward_clip: Optional[float] = None
+    """Clip rewards to [-x, x] on the learner (None: no clipping)."""
+    normalize_advantages: bool = False
+    """Standardise policy-gradient advantages over the batch."""
+
+    def __post_init__(self):
+        _check(0.0 <= self.discount <= 1.0, "algo.discount", "must be in [0, 1]")
+        _check(0.0 <= self.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "must be in [0, 1]")
+        for k in ("clip_rho_threshold", "clip_pg_rho_threshold", "clip_c_threshold"):
+            v = getattr(self, k)
+            _check(v is None or v > 0, f"algo.{k}", "must be > 0 or null")
+        _check(self.baseline_cost >= 0, "algo.baseline_cost", "must be >= 0")
+        _check(self.entropy_cost >= 0, "algo.entropy_cost", "must be >= 0")
+        _check(self.reward_clip is None or self.reward_clip > 0, "algo.reward_clip", "must be > 0 or null")
+
+
+# algo.name -> its hyper-parameter dataclass. An algorithm adds itself here and
+# one file under zrl/learner/algorithms/.
+ALGO_CONFIGS: dict[str, type] = {"impala": ImpalaConfig}
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    num_envs: int = 32
+    """K: environments stepped together in one actor process (batched inference)."""
+    unroll_length: int = 20
+    """T: steps per trajectory chunk (a chunk carries T+1 observations)."""
+    send_hwm: int = 1
+    """High-water mark of the trajectory PUSH socket, in messages."""
+    torch_threads: int = 1
+    """Torch intra-op threads in each actor."""
+    learner_timeout_s: float = 10.0
+    """Deadline of one hello attempt, and how long a send may wait before the actor checks the learner."""
+    stats_interval_s: float = 0.25
+    """Finished episodes are sent to the learner at most this often."""
+
+    def __post_init__(self):
+        _check(self.num_envs >= 1, "actor.num_envs", "must be >= 1")
+        _check(self.unroll_length >= 1, "actor.unroll_length", "must be >= 1")
+        _check(self.send_hwm >= 1, "actor.send_hwm", "must be >= 1")
+        _check(self.torch_threads >= 1, "actor.torch_threads", "must be >= 1")
+        _check(self.learner_timeout_s > 0, "actor.learner_timeout_s", "must be > 0")
+        _check(self.stats_interval_s >= 0, "actor.stats_interval_s", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    batch_size: int = 64
+    """B: env columns per training batch ([T, B]); a multiple of every actor's num_envs."""
+    optimizer: str = "adam"
+    """adam or rmsprop."""
+    learning_rate: float = 1e-3
+    lr_decay_env_steps: Optional[int] = None
+    """Decay the learning rate linearly over this many env steps (None: constant)."""
+    lr_final_scale: float = 0.0
+    """Where the decay ends, as a fraction of learning_rate; it stays there afterwards."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    rmsprop_alpha: float = 0.99
+    rmsprop_eps: float = 0.01
+    rmsprop_momentum: float = 0.0
+    max_grad_norm: float = 40.0
+    """Clip the global gradient norm to this."""
+    publish_interval: int = 1
+    """Publish weights every this many updates."""
+    queue_size: int = 2
+    """Received chunks buffered before the receiver stops reading (back-pressure)."""
+    pull_hwm: int = 2
+    """High-water mark of the trajectory PULL socket, in messages."""
+    device: str = "auto"
+    """auto (cuda if available), cpu or cuda[:N]."""
+    torch_threads: int = 1
+    """Torch intra-op threads of the learner on CPU."""
+    checkpoint_interval_s: float = 300.0
+    """Write a checkpoint this often (also on SIGINT/SIGTERM and at the end)."""
+    keep_checkpoints: int = 3
+    """How many checkpoints to keep."""
+    log_interval_s: float = 2.0
+    """Console progress line and TensorBoard scalars this often."""
+    max_message_bytes: int = 64 * 1024 * 1024
+    """Messages larger than this are dropped (counted as too_large)."""
+    trajectory_bind: Optional[str] = None
+    """Endpoint of the trajectory PULL socket (default: derived from --bind, any free port)."""
+    weights_bind: Optional[str] = None
+    """Endpoint of the weights PUB socket (default: derived from --bind, any free port)."""
+    actor_timeout_s: float = 30.0
+    """An actor silent for this long no longer counts as connected."""
+
+    def __post_init__(self):
+        _check(self.batch_size >= 1, "learner.batch_size", "must be >= 1")
+        _check(self.optimizer in ("adam", "rmsprop"), "learner.optimizer", "must be adam or rmsprop")
+        _check(self.learning_rate > 0, "learner.learning_rate", "must be > 0")
+        _check(self.lr_decay_env_steps is None or self.lr_decay_env_steps > 0, "learner.lr_decay_env_steps", "must be > 0")
+        _check(0.0 <= self.lr_final_scale <= 1.0, "learner.lr_final_scale", "must be in [0, 1]")
+        _check(self.max_grad_norm > 0, "learner.max_grad_norm", "must be > 0")
+        _check(self.publish_interval >= 1, "learner.publish_interval", "must be >= 1")
+        _check(self.queue_size >= 1, "learner.queue_size", "must be >= 1")
+        _check(self.pull_hwm >= 1, "learner.pull_hwm", "must be >= 1")
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "learner.device", "must be auto, cpu or cuda[:N]")
+        _check(self.torch_threads >= 1, "learner.torch_threads", "must be >= 1")
+        _check(self.checkpoint_interval_s > 0, "learner.checkpoint_interval_s", "must be > 0")
+        _check(self.keep_checkpoints >= 1, "learner.keep_checkpoints", "must be >= 1")
+        _check(self.log_interval_s > 0, "learner.log_interval_s", "must be > 0")
+        _check(self.max_message_bytes >= 4096, "learner.max_message_bytes", "must be >= 4096")
+        _check(self.actor_timeout_s > 0, "learner.actor_timeout_s", "must be > 0")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    num_actors: int = 2
+    """Actor processes started by `zrl run`."""
+    seed: int = 1
+    """Base seed: actor i seeds its envs and sampling with seed * 1000 + i."""
+    logdir: str = "runs/default"
+    """TensorBoard events, checkpoints and summary.json."""
+    stop_at_return: Optional[float] = None
+    """Stop once return_window episodes have finished and their mean return reaches this."""
+    return_window: int = 100
+    """Episodes in the moving mean return."""
+    max_seconds: Optional[float] = None
+    """Stop after this many seconds of training."""
+    max_env_steps: Optional[int] = None
+    """Stop after this many env steps."""
+
+    def __post_init__(self):
+        _check(self.num_actors >= 0, "run.num_actors", "must be >= 0")
+        _check(self.return_window >= 1, "run.return_window", "must be >= 1")
+        _check(self.max_seconds is None or self.max_seconds > 0, "run.max_seconds", "must be > 0")
+        _check(self.max_env_steps is None or self.max_env_steps > 0, "run.max_env_steps", "must be > 0")
+
+
+SECTIONS: dict[str, type] = {
+    "env": EnvConfig,
+    "model": ModelConfig,
+    "actor": ActorConfig,
+    "learner": LearnerConfig,
+    "run": RunConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algo: Any = field(default_factory=ImpalaConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    source: str = field(default="<defaults>", compare=False)
+    """Where this config came from (for messages)."""
+
+    def __post_init__(self):
+        if self.learner.batch_size % self.actor.num_envs != 0:
+            raise ConfigError(
+                f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
+                f"actor.num_envs ({self.actor.num_envs})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {name: _to_plain(dataclasses.asdict(getattr(self, name))) for name in ("env", "model", "algo", "actor", "learner", "run")}
+        return d
+
+    def model_shaping(self, obs_spec: dict | None = None, action_spec: dict | None = None) -> dict[str, Any]:
+        """What shapes the model's parameters (a checkpoint is only loadable under the same)."""
+        return {
+            "model": _to_plain(dataclasses.asdict(self.model)),
+            "algo": self.algo.name,
+            "obs": obs_spec,
+            "action": action_spec,
+        }
+
+    def model_hash(self, obs_spec: dict | None = None, action_spec: dict | None = None) -> str:
+        shaping = self.model_shaping(obs_spec, action_spec)
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
+
+    def replace(self, **sections: Any) -> "Config":
+        return dataclasses.replace(self, **sections)
+
+
+def _to_plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _to_plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_to_plain(v) for v in x]
+    return x
+
+
+def default_config_path() -> Path:
+    """configs/cartpole_impala.yaml: next to the package (a source checkout) or in the working directory."""
+    here = Path(__file__).resolve().parent.parent / "configs" / "cartpole_impala.yaml"
+    if here.exists():
+        return here
+    return Path("configs") / "cartpole_impala.yaml"
+
+
+# ---------------------------------------------------------------------------
+# Loading: YAML -> raw dict -> overrides -> typed dataclasses
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Reads a YAML config (default: configs/cartpole_impala.yaml) and applies `section.key=value` overrides."""
+    p = Path(path) if path is not None else default_config_path()
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {p}: {e.strerror or e}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    raw = apply_overrides(raw, overrides, str(p))
+    return config_from_dict(raw, source=str(p))
+
+
+def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], source: str) -> dict:
+    raw = json.loads(json.dumps(raw))  # deep copy of plain data
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        key, value_text = item.split("=", 1)
+        parts = key.strip().split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"override {item!r}: the key must be section.key (e.g. learner.learning_rate)")
+        section, name = parts
+        try:
+            value = yaml.safe_load(value_text)
+        except yaml.YAMLError:
+            value = value_text
+        sec = raw.setdefault(section, {})
+        if not isinstance(sec, dict):
+            raise ConfigError(f"{source}: section {section!r} must be a mapping")
+        sec[name] = value
+    return raw
+
+
+def config_from_dict(raw: dict, source: str = "<dict>") -> Config:
+    """Builds a Config from plain data (a parsed YAML file or Config.to_dict())."""
+    unknown = set(raw) - set(SECTIONS) - {"algo"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)} (known: {sorted([*SECTIONS, 'algo'])})")
+    built: dict[str, Any] = {}
+    try:
+        for name, cls in SECTIONS.items():
+            built[name] = _build(cls, raw.get(name) or {}, name, source)
+        algo_raw = dict(raw.get("algo") or {})
+        if not isinstance(algo_raw, dict):
+            raise ConfigError(f"{source}: section 'algo' must be a mapping")
+        algo_name = algo_raw.get("name", "impala")
+        if algo_name not in ALGO_CONFIGS:
+            raise ConfigError(f"{source}: algo.name: unknown algorithm {algo_name!r} (known: {sorted(ALGO_CONFIGS)})")
+        built["algo"] = _build(ALGO_CONFIGS[algo_name], algo_raw, "algo", source)
+        return Config(**built, source=source)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+
+def _build(cls: type, data: Any, section: str, source: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: section {section!r} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {section}.{unknown[0]} (known in {section}: {', '.join(names)})")
+    kwargs = {k: _coerce(v, hints[k], f"{section}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _coerce(value, inner[0], key)
+        for a in inner:
+            try:
+                return _coerce(value, a, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: {value!r} does not match {tp}")
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads 1e-3 without a dot as a string
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)}")
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+    if tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+    raise ConfigError(f"{key}: unsupported type {tp}")

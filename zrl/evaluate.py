@@ -1,0 +1,55 @@
+"""`zrl eval`: run a checkpoint's policy for N episodes and report returns."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from zrl import checkpoint, spaces
+from zrl.config import EnvConfig, config_from_dict
+from zrl.envs import make_vector_env
+from zrl.learner import algorithms
+
+
+def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
+    """Plays until `episodes` episodes have finished; returns their mean, min and max."""
+    if episodes < 1:
+        raise ValueError("episodes must be >= 1")
+    env = make_vector_env(env_cfg, min(num_envs, episodes), seed)
+    returns: list[float] = []
+    try:
+        obs = env.reset()
+        ep_ret = np.zeros(env.num_envs)
+        while len(returns) < episodes:
+            with torch.inference_mode():
+                actions = algo.act_eval(model, torch.from_numpy(obs), greedy).numpy()
+            step = env.step(actions)
+            ep_ret += step.reward
+            for k in np.flatnonzero(step.terminated | step.truncated):
+                returns.append(float(ep_ret[k]))
+                ep_ret[k] = 0.0
+            obs = step.obs
+    finally:
+        env.close()
+    r = np.array(returns[:episodes])
+    return {"mean_return": float(r.mean()), "min_return": float(r.min()), "max_return": float(r.max()), "episodes": len(r)}
+
+
+def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
+    p = Path(path)
+    if p.is_dir():
+        found = checkpoint.load_latest(p / "checkpoints") or checkpoint.load_latest(p)
+        if found is None:
+            raise ValueError(f"no checkpoint found in {p}")
+        p, state = found
+    else:
+        state = checkpoint.load(p)
+    cfg = config_from_dict(state["config"], source=str(p))
+    algo = algorithms.get(cfg.algo.name)(cfg, spaces.from_json(state["obs_spec"]), spaces.from_json(state["action_spec"]))
+    model = algo.build_model()
+    model.load_state_dict(state["model"])
+    model.eval()
+    result = evaluate(model, algo, cfg.env, episodes, greedy, seed, num_envs)
+    result["checkpoint"] = str(p)
+    return result

@@ -1,0 +1,265 @@
+"""Process entry points: one learner, one actor, or a whole local run.
+
+`run_local` is `zrl run`: it starts the learner and N actors as child
+processes of this one (each in its own session, so a Ctrl-C on the terminal
+reaches only this process, which forwards it once), restarts an actor that
+dies (with a back-off and a cap), stops every child when the learner exits
+or on Ctrl-C, and writes DIR/summary.json. Children get PR_SET_PDEATHSIG, so
+even a SIGKILL of this process leaves none behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from zrl.config import Config
+
+
+def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=None, max_seconds=None, max_env_steps=None, ready_file=None, install_signals: Callable | None = None) -> int:
+    from zrl.checkpoint import CheckpointError
+    from zrl.learner.learner import Learner
+
+    try:
+        learner = Learner(cfg, bind, logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    except (OSError, CheckpointError, ValueError) as e:
+        print(f"[learner] error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if install_signals is not None:
+        install_signals(learner.request_stop)
+    if ready_file:
+        tmp = f"{ready_file}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"control": learner.control_endpoint, "trajectory": learner.trajectory_endpoint, "weights": learner.weights_endpoint, "pid": os.getpid()}, f)
+        os.replace(tmp, ready_file)
+    try:
+        result = learner.run()
+    finally:
+        learner.close()
+    return 1 if result.stop_reason.startswith("receiver failed") else 0
+
+
+def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, seed, install_signals: Callable | None = None) -> int:
+    from zrl.actors.actor import Actor, HelloError
+
+    stop = threading.Event()
+    if install_signals is not None:
+        install_signals(stop.set)
+    actor = Actor(cfg, learner_endpoint, index, num_actors, seed, stop=stop)
+    try:
+        actor.run()
+    except HelloError as e:
+        print(f"[actor {index}] error: {e}", file=sys.stderr, flush=True)
+        return 3
+    return 0
+
+
+@dataclass
+class RunOptions:
+    config_path: str | None
+    overrides: list[str]
+    num_actors: int
+    seed: int
+    logdir: str
+    bind: str | None = None
+    stop_at_return: float | None = None
+    max_seconds: float | None = None
+    max_env_steps: int | None = None
+    resume: bool = False
+    t_start: float = field(default_factory=time.time)
+    max_restarts: int = 10  # per actor
+    restart_backoff_s: tuple[float, float] = (0.5, 30.0)  # first delay, cap (doubling)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the parent dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class _Child:
+    def __init__(self, name: str, argv: list[str]):
+        self.name = name
+        self.argv = argv
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=_die_with_parent)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+def run_local(cfg: Config, opts: RunOptions) -> int:
+    logdir = Path(opts.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    final_path = logdir / "learner_final.json"
+    final_path.unlink(missing_ok=True)
+    tmpdir = tempfile.mkdtemp(prefix="zrl-run-")
+    bind = opts.bind or f"ipc://{tmpdir}/control"
+    base = [sys.executable, "-m", "zrl"]
+    cfg_args = (["--config", opts.config_path] if opts.config_path else []) + [a for o in opts.overrides for a in ("-o", o)]
+    learner_argv = [*base, "learner", *cfg_args, "--bind", bind, "--logdir", str(logdir), "--seed", str(opts.seed)]
+    if opts.stop_at_return is not None:
+        learner_argv += ["--stop-at-return", str(opts.stop_at_return)]
+    if opts.max_seconds is not None:
+        learner_argv += ["--max-seconds", str(opts.max_seconds)]
+    if opts.max_env_steps is not None:
+        learner_argv += ["--max-env-steps", str(opts.max_env_steps)]
+    if opts.resume:
+        learner_argv.append("--resume")
+    # With a wildcard port the actors can only be told the endpoint once the learner has bound it.
+    ready_file = os.path.join(tmpdir, "ready.json") if "*" in bind else None
+    if ready_file:
+        learner_argv += ["--ready-file", ready_file]
+    learner = _Child("learner", learner_argv)
+    actor_argv = lambda i, ep: [*base, "actor", *cfg_args, "--learner", ep, "--index", str(i), "--num-actors", str(opts.num_actors), "--seed", str(opts.seed)]  # noqa: E731
+    actors = [_Child(f"actor {i}", actor_argv(i, bind)) for i in range(opts.num_actors)]
+    stopping = threading.Event()
+
+    def on_signal(signum, frame):
+        if stopping.is_set():
+            return
+        stopping.set()
+        print("\n[zrl run] stopping: asking the learner to checkpoint and exit", flush=True)
+        learner.signal(signal.SIGINT)
+        for a in actors:
+            a.signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    print(f"[zrl run] learner + {opts.num_actors} actors on {cfg.env.id} ({cfg.algo.name}); logdir {logdir}", flush=True)
+    try:
+        learner.start()
+        if ready_file:
+            control = _wait_ready(ready_file, learner, stopping)
+            for i, a in enumerate(actors):
+                a.argv = actor_argv(i, control or bind)
+        for a in actors:
+            if not stopping.is_set() and learner.alive():
+                a.start()
+        while learner.alive():
+            _wait_any(learner, 0.1)
+            if stopping.is_set():
+                continue
+            now = time.monotonic()
+            for a in actors:
+                _supervise_actor(a, now, opts)
+        t_end = time.time()
+    finally:
+        for a in actors:
+            a.signal(signal.SIGTERM)
+        _reap([learner, *actors], timeout=10.0)
+        for s, h in old.items():
+            signal.signal(s, h)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return _summarise(final_path, logdir, opts, t_end, learner.proc.returncode)
+
+
+def _wait_ready(path: str, learner: _Child, stopping: threading.Event) -> str | None:
+    """The learner's bound control endpoint, once it has written its ready file."""
+    while learner.alive() and not stopping.is_set():
+        if os.path.exists(path):
+            with open(path) as f:
+                return json.load(f)["control"]
+        _wait_any(learner, 0.05)
+    return None
+
+
+def _wait_any(learner: _Child, timeout: float) -> None:
+    try:
+        learner.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
+    if a.proc is None or a.alive():
+        return
+    if a.restart_at is None:
+        code = a.proc.returncode
+        if code == 0:
+            return  # finished on its own (the learner said shutdown)
+        if a.restarts >= opts.max_restarts:
+            if a.restarts == opts.max_restarts:
+                print(f"[zrl run] {a.name} exited with {code}; restart cap ({opts.max_restarts}) reached, not restarting", flush=True)
+                a.restarts += 1
+            return
+        first, cap = opts.restart_backoff_s
+        delay = min(cap, first * (2 ** a.restarts))
+        a.restart_at = now + delay
+        print(f"[zrl run] {a.name} exited with {code}; restarting in {delay:.1f}s ({a.restarts + 1}/{opts.max_restarts})", flush=True)
+    elif now >= a.restart_at:
+        a.restarts += 1
+        a.restart_at = None
+        a.start()
+
+
+def _reap(children: list[_Child], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for c in children:
+        if c.proc is None:
+            continue
+        try:
+            c.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+            c.proc.wait()
+
+
+def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, learner_code: int | None) -> int:
+    wall = t_end - opts.t_start
+    final = {}
+    if final_path.exists():
+        try:
+            final = json.loads(final_path.read_text())
+        except ValueError:
+            final = {}
+    steps = int(final.get("env_steps", 0))
+    summary = {
+        "wall_s": round(wall, 3),
+        "env_steps": steps,
+        "env_steps_per_s": round(steps / wall, 1) if wall > 0 else 0.0,
+        "final_mean_return": final.get("final_mean_return"),
+        "reached": bool(final.get("reached", False)),
+        "stop_at_return": opts.stop_at_return,
+        "updates": final.get("updates"),
+        "episodes": final.get("episodes"),
+        "stop_reason": final.get("stop_reason", "learner failed"),
+        "num_actors": opts.num_actors,
+        "seed": opts.seed,
+        "learner_exit_code": learner_code,
+    }
+    tmp = logdir / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, logdir / "summary.json")
+    ret = summary["final_mean_return"]
+    ret_s = f"{ret:.1f}" if isinstance(ret, (int, float)) else "-"
+    target = f" (target {opts.stop_at_return:g}: {'reached' if summary['reached'] else 'not reached'})" if opts.stop_at_return is not None else ""
+    print(
+        f"[zrl run] {summary['stop_reason']}: {wall:.1f}s wall, {steps:,} env steps ({summary['env_steps_per_s']:,.0f}/s), "
+        f"mean return {ret_s}{target}; summary in {logdir / 'summary.json'}",
+        flush=True,
+    )
+    return 0 if learner_code == 0 else (learner_code or 1)

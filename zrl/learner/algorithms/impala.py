@@ -1,0 +1,264 @@
+"""IMPALA (Espeholt et al. 2018): actor-critic with V-trace off-policy correction.
+
+Actors sample from their copy of the policy and send chunks of T steps x K
+envs: T+1 observations (the last bootstraps the chunk), actions, rewards,
+terminated / truncated flags and `behaviour_logp` (log mu(a|x)), plus, for
+steps where an episode was truncated, that episode's final observation, so
+the learner bootstraps it with its own value function: the step's reward
+becomes r + gamma * V(final_obs) and its discount 0. Terminated steps get
+discount 0 and no bootstrap.
+
+The learner concatenates chunks along the env axis into [T, B] batches and
+minimises  -mean(pg_adv * log pi) + baseline_cost * 0.5 * mean((vs - V)^2)
+- entropy_cost * mean(entropy), with vs and pg_adv from the C++ V-trace.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from zrl import spaces, wire
+from zrl.config import Config, ImpalaConfig
+from zrl.envs import Step
+from zrl.learner.algorithms.base import ActorAlgo, Algorithm, Sender
+from zrl.learner.vtrace import from_importance_weights
+from zrl.models import ActorCritic, build_actor_critic
+
+
+def _action_layout(action_spec: spaces.Spec) -> tuple[np.dtype, tuple[int, ...]]:
+    if isinstance(action_spec, spaces.DiscreteSpec):
+        return np.dtype(np.int64), ()
+    return np.dtype(np.float32), tuple(action_spec.shape)
+
+
+class ImpalaActor(ActorAlgo):
+    def __init__(self, model: ActorCritic, algo: "Impala", num_envs: int, sender: Sender):
+        self.model = model
+        self.sender = sender
+        self.T = algo.config.actor.unroll_length
+        self.K = num_envs
+        obs_dtype = np.dtype(algo.obs_spec.dtype)
+        obs_shape = tuple(algo.obs_spec.shape)
+        act_dtype, act_shape = _action_layout(algo.action_spec)
+        T, K = self.T, self.K
+        self.fields = [
+            ("obs", obs_dtype, (T + 1, K, *obs_shape)),
+            ("action", act_dtype, (T, K, *act_shape)),
+            ("reward", np.float32, (T, K)),
+            ("terminated", np.bool_, (T, K)),
+            ("truncated", np.bool_, (T, K)),
+            ("behaviour_logp", np.float32, (T, K)),
+            # Variable rows last: final_obs, the largest, is cut at the used rows.
+            ("final_index", np.int32, (K,)),
+            ("final_obs", obs_dtype, (K, *obs_shape)),
+        ]
+        self.layout = wire.Layout(wire.Kind.TRAJECTORY, self.fields)
+        self.msg = self.layout.allocate()
+        self.t = 0
+        self.finals: list[tuple[int, np.ndarray]] = []
+        self.chunk_version = 0
+
+    def begin(self, obs: np.ndarray) -> None:
+        self.msg.arrays["obs"][0] = obs
+        self.chunk_version = self.policy_version
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            params = self.model.policy(torch.from_numpy(obs))
+            action = self.model.head.sample(params)
+            logp = self.model.head.log_prob(params, action)
+        a = self.msg.arrays
+        a["action"][self.t] = action.numpy()
+        a["behaviour_logp"][self.t] = logp.numpy()
+        return a["action"][self.t]
+
+    def observe(self, step: Step) -> list:
+        a, t = self.msg.arrays, self.t
+        a["reward"][t] = step.reward
+        a["terminated"][t] = step.terminated
+        a["truncated"][t] = step.truncated
+        for k, o in step.final_obs.items():
+            self.finals.append((t * self.K + k, o))
+        a["obs"][t + 1] = step.obs
+        self.t += 1
+        if self.t < self.T:
+            return []
+        frame = self._finish()
+        self.msg = self.layout.allocate()
+        self.msg.arrays["obs"][0] = step.obs
+        self.t = 0
+        self.finals = []
+        self.chunk_version = self.policy_version
+        return [frame]
+
+    def _finish(self):
+        m = len(self.finals)
+        if m <= self.K:
+            a = self.msg.arrays
+            for i, (idx, o) in enumerate(self.finals):
+                a["final_index"][i] = idx
+                a["final_obs"][i] = o
+            return self.sender.finish(self.msg, self.chunk_version, rows={"final_index": m, "final_obs": m})
+        # More truncations than the in-place capacity (very short episodes): copy once.
+        arrays = {name: self.msg.arrays[name] for name, _, _ in self.fields[:-2]}
+        arrays["final_index"] = np.array([i for i, _ in self.finals], np.int32)
+        arrays["final_obs"] = np.stack([o for _, o in self.finals])
+        return self.sender.encode(wire.Kind.TRAJECTORY, arrays, self.chunk_version)
+
+
+class Impala(Algorithm):
+    name = "impala"
+    uses_replay = False
+
+    def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
+        super().__init__(config, obs_spec, action_spec)
+        if not isinstance(config.algo, ImpalaConfig):
+            raise ValueError("Impala needs an ImpalaConfig in config.algo")
+        self.hp: ImpalaConfig = config.algo
+        self._pinned: dict[str, torch.Tensor] = {}
+
+    def build_model(self) -> ActorCritic:
+        return build_actor_critic(self.config.model, self.obs_spec, self.action_spec)
+
+    def trajectory_schema(self, max_columns: int) -> wire.Schema:
+        obs_shape = tuple(self.obs_spec.shape)
+        obs_dtype = np.dtype(self.obs_spec.dtype)
+        act_dtype, act_shape = _action_layout(self.action_spec)
+        F = wire.Field
+        T = self.config.actor.unroll_length
+        return wire.Schema(
+            [
+                F("obs", obs_dtype, ("T+1", "K", *obs_shape)),
+                F("action", act_dtype, ("T", "K", *act_shape)),
+                F("reward", np.float32, ("T", "K")),
+                F("terminated", np.bool_, ("T", "K")),
+                F("truncated", np.bool_, ("T", "K")),
+                F("behaviour_logp", np.float32, ("T", "K")),
+                F("final_index", np.int32, ("M",)),
+                F("final_obs", obs_dtype, ("M", *obs_shape)),
+            ],
+            fixed={"T": T},
+            bounds={"K": (1, max_columns), "M": (0, T * max_columns)},
+        )
+
+    def make_actor(self, model, *, num_envs, actor_index, num_actors, seed, sender) -> ImpalaActor:
+        return ImpalaActor(model, self, num_envs, sender)
+
+    def act_eval(self, model: ActorCritic, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
+        params = model.policy(obs)
+        return model.head.mode(params) if greedy else model.head.sample(params)
+
+    # -- learner
+    def columns(self, msg: wire.Message, bindings: dict[str, int]) -> int:
+        return bindings["K"]
+
+    def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
+        return bindings["T"] * bindings["K"]
+
+    def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
+        """Content checks the schema cannot express; a WireError drops the message."""
+        idx = msg.arrays["final_index"]
+        if idx.size and (idx.min() < 0 or idx.max() >= bindings["T"] * bindings["K"]):
+            raise wire.WireError(wire.Reason.BAD_VALUE, "final_index out of range")
+        if isinstance(self.action_spec, spaces.DiscreteSpec):
+            act = msg.arrays["action"]
+            if act.size and (act.min() < 0 or act.max() >= self.action_spec.n):
+                raise wire.WireError(wire.Reason.BAD_VALUE, f"action outside [0, {self.action_spec.n})")
+
+    def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
+        arrays = [m.arrays for m in msgs]
+        batch = {}
+        for name in ("obs", "action", "reward", "terminated", "truncated", "behaviour_logp"):
+            batch[name] = np.concatenate([a[name] for a in arrays], axis=1)
+        T1, B = batch["obs"].shape[:2]
+        # final_index is t * K + k within its chunk; in the batch it is t * B + (column offset + k).
+        idx, fobs, col = [], [], 0
+        for a in arrays:
+            K = a["obs"].shape[1]
+            fi = a["final_index"].astype(np.int64)
+            if fi.size:
+                idx.append((fi // K) * B + col + fi % K)
+                fobs.append(a["final_obs"])
+            col += K
+        batch["final_index"] = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+        batch["final_obs"] = np.concatenate(fobs) if fobs else np.zeros((0, *batch["obs"].shape[2:]), batch["obs"].dtype)
+        return {k: _to_device(k, v, device, self._pinned) for k, v in batch.items()}
+
+    def loss(self, model: ActorCritic, batch: dict[str, torch.Tensor]):
+        hp = self.hp
+        obs, final_obs = batch["obs"], batch["final_obs"]
+        T1, B = obs.shape[:2]
+        T = T1 - 1
+        M = final_obs.shape[0]
+        flat = obs.reshape(T1 * B, *obs.shape[2:])
+        if M:
+            flat = torch.cat([flat, final_obs], 0)
+        params, values = model(flat)
+        params_t = params[: T * B].reshape(T, B, -1)
+        values_all = values[: T1 * B].reshape(T1, B)
+        values_t, bootstrap = values_all[:T], values_all[T]
+
+        rewards = batch["reward"].float()
+        if hp.reward_clip is not None:
+            rewards = rewards.clamp(-hp.reward_clip, hp.reward_clip)
+        discounts = hp.discount * (~batch["terminated"]).float()
+        if M:
+            # Truncated steps: bootstrap from V(final_obs) here, then cut the trace.
+            rewards = rewards.reshape(-1).index_add(0, batch["final_index"], hp.discount * values[T1 * B :].detach()).reshape(T, B)
+            discounts = discounts.masked_fill(batch["truncated"], 0.0)
+
+        head = model.head
+        target_logp = head.log_prob(params_t, batch["action"])
+        log_rhos = target_logp.detach() - batch["behaviour_logp"]
+        vt = vtrace_on_host(log_rhos, discounts, rewards, values_t.detach(), bootstrap.detach(), hp)
+        pg_adv = vt.pg_advantages
+        if hp.normalize_advantages:
+            pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
+        pg_loss = -(pg_adv * target_logp).mean()
+        baseline_loss = 0.5 * (vt.vs - values_t).pow(2).mean()
+        entropy = head.entropy(params_t).mean()
+        loss = pg_loss + hp.baseline_cost * baseline_loss - hp.entropy_cost * entropy
+        stats = {
+            "loss/policy": pg_loss.detach(),
+            "loss/baseline": baseline_loss.detach(),
+            "loss/entropy": entropy.detach(),
+            "vtrace/mean_rho": log_rhos.exp().mean(),
+            "vtrace/mean_vs": vt.vs.mean(),
+        }
+        return loss, stats
+
+
+def vtrace_on_host(log_rhos, discounts, rewards, values, bootstrap, hp: ImpalaConfig):
+    """Runs the C++ V-trace on CPU tensors; on CUDA, one round trip through pinned memory."""
+    device = values.device
+    args = [log_rhos, discounts, rewards, values, bootstrap]
+    if device.type != "cpu":
+        host = [torch.empty(a.shape, dtype=torch.float32, pin_memory=True) for a in args]
+        for h, a in zip(host, args):
+            h.copy_(a, non_blocking=True)
+        torch.cuda.current_stream(device).synchronize()
+        args = host
+    else:
+        args = [a.contiguous() for a in args]
+    vt = from_importance_weights(
+        *args,
+        clip_rho_threshold=hp.clip_rho_threshold,
+        clip_pg_rho_threshold=hp.clip_pg_rho_threshold,
+        clip_c_threshold=hp.clip_c_threshold,
+        lambda_=hp.vtrace_lambda,
+    )
+    if device.type != "cpu":
+        return type(vt)(*(x.pin_memory().to(device, non_blocking=True) for x in vt))
+    return vt
+
+
+def _to_device(name: str, a: np.ndarray, device: torch.device, pinned: dict) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+ALGORITHM = Impala

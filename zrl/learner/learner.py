@@ -1,0 +1,624 @@
+"""The learner process: receive, batch, train, publish weights, checkpoint.
+
+Sockets (all bound here; actors are only told the control endpoint):
+  - control ROUTER (`bind`): hellos in, hello-replies (endpoints, agreed specs,
+    current weights) or errors out;
+  - trajectory PULL: trajectory chunks and stats from actors / agent servers;
+  - weights PUB: version-tagged flat weights, and SHUTDOWN at the end.
+
+A receiver thread owns the control and trajectory sockets. It decodes and
+checks every message (wire.decode, then the algorithm's schema); a bad one is
+counted by reason, logged and dropped, and never reaches training. Good
+trajectories go to a bounded queue (stream algorithms) or straight into
+replay (replay algorithms). When the queue is full the receiver stops reading
+the PULL socket, so ZeroMQ's high-water marks push back on the actors while
+hellos are still answered. The training thread (the caller of `run`) takes
+batches, steps the optimiser, publishes weights every N updates, writes
+checkpoints and metrics, and decides when to stop.
+
+The model is built from the specs of the first hello, or from the checkpoint
+when resuming, so the learner never builds an environment.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from zrl import checkpoint, spaces, transport, wire
+from zrl.config import Config
+from zrl.learner import algorithms
+from zrl.metrics import MetricsWriter, Rate
+
+log = logging.getLogger("zrl.learner")
+
+STATS_MAX_VALUES = 4096  # per array in one stats message
+STATS_MAX_CUSTOM = 64  # distinct custom scalar names accepted (TensorBoard tags are not unbounded)
+
+
+class HelloRefused(Exception):
+    """A hello the learner answers with an error (the text goes back to the peer)."""
+
+
+@dataclass
+class LearnerResult:
+    env_steps: int
+    updates: int
+    episodes: int
+    train_seconds: float
+    final_mean_return: float | None
+    reached: bool
+    stop_reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"learner.device: {name} requested but CUDA is not available")
+    return dev
+
+
+def flat_params(model: torch.nn.Module) -> np.ndarray:
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32).numpy()
+
+
+class Learner:
+    def __init__(
+        self,
+        config: Config,
+        bind: str,
+        logdir: str | Path | None = None,
+        *,
+        resume: bool = False,
+        ctx: zmq.Context | None = None,
+        console: bool = True,
+        stop_at_return: float | None = None,
+        max_seconds: float | None = None,
+        max_env_steps: int | None = None,
+    ):
+        self.config = config
+        self.logdir = Path(logdir) if logdir is not None else None
+        self.ckdir = self.logdir / "checkpoints" if self.logdir is not None else None
+        self.console = console
+        self.stop_at_return = stop_at_return if stop_at_return is not None else config.run.stop_at_return
+        self.max_seconds = max_seconds if max_seconds is not None else config.run.max_seconds
+        self.max_env_steps = max_env_steps if max_env_steps is not None else config.run.max_env_steps
+        self.device = resolve_device(config.learner.device)
+        self.algo_cls = algorithms.get(config.algo.name)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+
+        # Counters: written by the receiver under _lock, read by the trainer.
+        self.env_steps = 0
+        self.updates = 0
+        self.episodes = 0
+        self.train_seconds_before = 0.0  # from a resumed checkpoint
+        self.returns: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
+        self.lengths: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self.senders: dict[int, float] = {}
+        self.custom: dict[str, float] = {}
+        self.lags: list[int] = []
+
+        self.model: torch.nn.Module | None = None
+        self.algo: algorithms.Algorithm | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.obs_spec: spaces.Spec | None = None
+        self.action_spec: spaces.Spec | None = None
+        self.schema: wire.Schema | None = None
+        self._latest_weights: tuple[int, np.ndarray] | None = None
+        self._resume_state: dict[str, Any] | None = None
+        if resume:
+            self._load_for_resume()
+
+        self.queue: queue.Queue = queue.Queue(maxsize=config.learner.queue_size)
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
+        lc = config.learner
+        self.control = transport.socket(self.ctx, zmq.ROUTER)
+        self.control.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.pull = transport.socket(self.ctx, zmq.PULL, hwm=lc.pull_hwm)
+        self.pull.setsockopt(zmq.MAXMSGSIZE, lc.max_message_bytes)
+        self.pub = transport.socket(self.ctx, zmq.PUB, hwm=4)
+        try:
+            self.control_endpoint = transport.bind(self.control, bind)
+            self.trajectory_endpoint = transport.bind(self.pull, lc.trajectory_bind or transport.derive_endpoint(bind, "traj"))
+            self.weights_endpoint = transport.bind(self.pub, lc.weights_bind or transport.derive_endpoint(bind, "weights"))
+        except BaseException:
+            self._close_sockets()
+            raise
+        self._receiver = threading.Thread(target=self._receive_loop, name="zrl-receiver", daemon=True)
+        self._receiver_error: BaseException | None = None
+        if self._resume_state is not None:
+            st = self._resume_state
+            self._build(spaces.from_json(st["obs_spec"]), spaces.from_json(st["action_spec"]))
+
+    # ------------------------------------------------------------------ set-up
+
+    def _load_for_resume(self) -> None:
+        if self.ckdir is None:
+            raise ValueError("--resume needs a logdir")
+        found = checkpoint.load_latest(self.ckdir)
+        if found is None:
+            self._say(f"no checkpoint in {self.ckdir}; starting fresh")
+            return
+        path, state = found
+        obs, act = state.get("obs_spec"), state.get("action_spec")
+        checkpoint.check_compatible(path, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
+        self._resume_state = state
+        self._resume_path = path
+
+    def _build(self, obs_spec: spaces.Spec, action_spec: spaces.Spec) -> None:
+        """Builds model, optimiser and algorithm for the agreed specs (once)."""
+        torch.manual_seed(self.config.run.seed)
+        algo = self.algo_cls(self.config, obs_spec, action_spec)
+        model = algo.build_model().to(self.device)
+        lc = self.config.learner
+        if lc.optimizer == "adam":
+            opt = torch.optim.Adam(model.parameters(), lr=lc.learning_rate, betas=lc.adam_betas, eps=lc.adam_eps)
+        else:
+            opt = torch.optim.RMSprop(
+                model.parameters(), lr=lc.learning_rate, alpha=lc.rmsprop_alpha, eps=lc.rmsprop_eps, momentum=lc.rmsprop_momentum
+            )
+        st = self._resume_state
+        if st is not None:
+            try:
+                model.load_state_dict(st["model"])
+                opt.load_state_dict(st["optimizer"])
+                algo.load_state_dict(st.get("algo", {}))
+            except (RuntimeError, ValueError, KeyError) as e:
+                raise checkpoint.CheckpointError(f"{self._resume_path}: does not fit the model: {e}") from None
+            c = st["counters"]
+            self.updates, self.env_steps, self.episodes = int(c["updates"]), int(c["env_steps"]), int(c["episodes"])
+            self.train_seconds_before = float(c.get("train_seconds", 0.0))
+            self.returns.extend(c.get("recent_returns", []))
+            self._say(f"resumed from {self._resume_path} at update {self.updates}, env step {self.env_steps}")
+        self.obs_spec, self.action_spec = obs_spec, action_spec
+        self.algo, self.model, self.optimizer = algo, model, opt
+        self.schema = algo.trajectory_schema(self.config.learner.batch_size)
+        self._latest_weights = (self.updates, flat_params(model))
+        self._ready.set()
+
+    def _say(self, text: str) -> None:
+        if self.console:
+            print(f"[learner] {text}", flush=True)
+        log.info(text)
+
+    # ------------------------------------------------------------------ handshake
+
+    def _on_hello(self, msg: wire.Message) -> bytes | bytearray:
+        try:
+            hello = msg.json()
+        except wire.WireError as e:
+            raise HelloRefused(f"hello meta is not a JSON object: {e.detail}") from None
+        if hello.get("protocol") != wire.PROTOCOL_VERSION:
+            raise HelloRefused(f"protocol {hello.get('protocol')!r} not supported (learner speaks {wire.PROTOCOL_VERSION})")
+        role = hello.get("role")
+        if role not in ("actor", "server", "eval"):
+            raise HelloRefused(f"unknown role {role!r} (expected actor, server or eval)")
+        if hello.get("algo") != self.config.algo.name:
+            raise HelloRefused(f"algorithm {hello.get('algo')!r} differs from the learner's {self.config.algo.name!r}")
+        try:
+            obs_spec = spaces.from_json(hello.get("obs_space"))
+            action_spec = spaces.from_json(hello.get("action_space"))
+        except spaces.SpecError as e:
+            raise HelloRefused(f"bad space spec: {e}") from None
+        T = self.config.actor.unroll_length
+        if role != "eval" and hello.get("unroll_length") != T:
+            raise HelloRefused(f"unroll_length {hello.get('unroll_length')!r} differs from the learner's actor.unroll_length {T}")
+        K = hello.get("num_envs")
+        B = self.config.learner.batch_size
+        if role != "eval" and (not isinstance(K, int) or K < 1 or B % K != 0):
+            raise HelloRefused(f"num_envs {K!r} must divide the learner's batch_size {B}")
+        want_hash = self.config.model_hash(obs_spec.to_json(), action_spec.to_json())
+        if hello.get("model_hash") != want_hash:
+            raise HelloRefused("model config differs from the learner's (model_hash mismatch): start actors with the learner's config")
+        with self._lock:
+            if self.model is None:
+                self._build(obs_spec, action_spec)
+                self._say(f"model built for obs {obs_spec.to_json()} and actions {action_spec.to_json()}")
+            elif obs_spec != self.obs_spec or action_spec != self.action_spec:
+                raise HelloRefused(
+                    f"specs differ from the agreed ones: obs {obs_spec.to_json()} vs {self.obs_spec.to_json()}, "
+                    f"action {action_spec.to_json()} vs {self.action_spec.to_json()}"
+                )
+            index = hello.get("index", 0)
+            if isinstance(index, int) and 0 <= index < 2**32:
+                self.senders[index] = time.monotonic()
+            version, params = self._latest_weights
+        reply = {
+            "ok": True,
+            "trajectory_endpoint": self.trajectory_endpoint,
+            "weights_endpoint": self.weights_endpoint,
+            "obs_space": self.obs_spec.to_json(),
+            "action_space": self.action_spec.to_json(),
+            "policy_version": version,
+        }
+        return wire.encode(wire.Kind.HELLO_REPLY, {"params": params}, reply, policy_version=version)
+
+    # ------------------------------------------------------------------ receiver thread
+
+    def _reject(self, reason: str, detail: str) -> None:
+        with self._lock:
+            self.rejected[reason] += 1
+            n = self.rejected[reason]
+        if n <= 5 or n in (10, 100, 1000) or n % 10000 == 0:
+            log.warning("rejected message (%s, %d so far): %s", reason, n, detail)
+
+    def _receive_loop(self) -> None:
+        try:
+            self._receive_loop_inner()
+        except BaseException as e:  # a bug here must not hang the trainer
+            self._receiver_error = e
+            log.exception("receiver thread failed")
+            self._stop.set()
+
+    def _receive_loop_inner(self) -> None:
+        max_bytes = self.config.learner.max_message_bytes
+        control_kinds = frozenset({int(wire.Kind.HELLO)})
+        data_kinds = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})
+        poller = zmq.Poller()
+        poller.register(self.control, zmq.POLLIN)
+        poller.register(self.pull, zmq.POLLIN)
+        while not self._stop.is_set():
+            events = dict(poller.poll(50))
+            if self.control in events:
+                self._handle_control(control_kinds, max_bytes)
+            if self.pull in events:
+                for _ in range(64):  # drain a burst, then look at the control socket again
+                    try:
+                        frame = self.pull.recv(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    item = self._handle_data(frame, data_kinds, max_bytes)
+                    if item is not None:
+                        self._enqueue(item, control_kinds, max_bytes)
+
+    def _enqueue(self, item, control_kinds, max_bytes) -> None:
+        """Blocks while the queue is full (so the PULL socket fills and actors feel
+        back-pressure), waking as soon as the trainer takes a batch, and keeps
+        answering hellos meanwhile so actors can tell a busy learner from a lost one."""
+        while not self._stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                while self.control.poll(0, zmq.POLLIN):
+                    self._handle_control(control_kinds, max_bytes)
+
+    def _handle_control(self, kinds, max_bytes) -> None:
+        try:
+            parts = self.control.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return
+        if len(parts) != 2:
+            self._reject(wire.Reason.BAD_HEADER.value, f"control message with {len(parts)} frames")
+            return
+        identity, frame = parts
+        try:
+            msg = wire.decode(frame, max_bytes=max_bytes, allowed_kinds=kinds)
+            reply = self._on_hello(msg)
+        except wire.WireError as e:
+            self._reject(e.reason.value, e.detail)
+            reply = wire.encode(wire.Kind.ERROR, meta=f"bad hello: {e}")
+        except HelloRefused as e:
+            self._reject("hello_refused", str(e))
+            reply = wire.encode(wire.Kind.ERROR, meta=str(e))
+        try:
+            self.control.send_multipart([identity, reply], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # peer gone; nothing to do
+
+    def _handle_data(self, frame, kinds, max_bytes):
+        """Checks one message; stats are recorded here, trajectories returned for the queue."""
+        try:
+            msg = wire.decode(frame, max_bytes=max_bytes, allowed_kinds=kinds)
+            if msg.kind == wire.Kind.STATS:
+                self._on_stats(msg)
+                return
+            if self.schema is None:
+                raise wire.WireError(wire.Reason.NOT_READY, "trajectory before any hello agreed the specs")
+            bindings = self.schema.check(msg)
+            self.algo.check_values(msg, bindings)
+        except wire.WireError as e:
+            self._reject(e.reason.value, e.detail)
+            return
+        steps = self.algo.env_steps(msg, bindings)
+        with self._lock:
+            self.env_steps += steps
+            self.senders[msg.sender_id] = time.monotonic()
+        if self.algo.uses_replay:
+            self.algo.ingest(msg, bindings)
+            return None
+        return (msg, bindings)
+
+    def _on_stats(self, msg: wire.Message) -> None:
+        arrays = {}
+        for info in msg.infos:
+            if info.dtype != np.float64 or len(info.shape) != 1 or info.shape[0] > STATS_MAX_VALUES:
+                raise wire.WireError(wire.Reason.BAD_SHAPE, f"stats array {info.name!r} must be float64 [n <= {STATS_MAX_VALUES}]")
+        for name, a in msg.arrays.items():
+            if not np.all(np.isfinite(a)):
+                raise wire.WireError(wire.Reason.BAD_VALUE, f"stats array {name!r} has non-finite values")
+            arrays[name] = a
+        rets, lens = arrays.pop("episode_return", None), arrays.pop("episode_length", None)
+        with self._lock:
+            if rets is not None:
+                self.returns.extend(rets.tolist())
+                self.episodes += len(rets)
+            if lens is not None:
+                self.lengths.extend(lens.tolist())
+            for name, a in arrays.items():
+                if a.size and (name in self.custom or len(self.custom) < STATS_MAX_CUSTOM):
+                    self.custom[name] = float(a[-1])
+            self.senders[msg.sender_id] = time.monotonic()
+
+    # ------------------------------------------------------------------ training thread
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def mean_return(self) -> float | None:
+        with self._lock:
+            return float(np.mean(self.returns)) if self.returns else None
+
+    def _target_reached(self) -> bool:
+        if self.stop_at_return is None:
+            return False
+        with self._lock:
+            window = self.config.run.return_window
+            return len(self.returns) >= window and float(np.mean(self.returns)) >= self.stop_at_return
+
+    def _next_batch(self, deadline_check) -> list[tuple[wire.Message, dict]] | None:
+        B = self.config.learner.batch_size
+        items, cols = self._leftover, sum(self.algo.columns(m, b) for m, b in self._leftover)
+        self._leftover = []
+        while cols < B:
+            try:
+                item = self.queue.get(timeout=0.05)
+            except queue.Empty:
+                if self._stop.is_set() or deadline_check():
+                    return None
+                continue
+            c = self.algo.columns(*item)
+            if cols + c > B:
+                self._leftover.append(item)
+                break
+            items.append(item)
+            cols += c
+        return items
+
+    def run(self) -> LearnerResult:
+        """Trains until a stop condition; returns what happened. Call `close()` afterwards."""
+        self._leftover: list = []
+        self._receiver.start()
+        t_start = time.perf_counter()
+        self._say(f"listening on {self.control_endpoint} (trajectories {self.trajectory_endpoint}, weights {self.weights_endpoint}); device {self.device}")
+        metrics = MetricsWriter(self.logdir, console=self.console)
+        stop_reason = "stopped"
+        try:
+            if not self.config.learner.torch_threads == torch.get_num_threads():
+                torch.set_num_threads(self.config.learner.torch_threads)
+
+            def time_up() -> bool:
+                return self.max_seconds is not None and time.perf_counter() - t_start >= self.max_seconds
+
+            while not self._ready.wait(0.05):
+                if self._stop.is_set() or time_up():
+                    stop_reason = "time limit" if time_up() else "stopped"
+                    return self._finish(metrics, t_start, stop_reason)
+            stop_reason = self._train(metrics, t_start, time_up)
+            return self._finish(metrics, t_start, stop_reason)
+        finally:
+            metrics.close()
+
+    def _train(self, metrics: MetricsWriter, t_start: float, time_up) -> str:
+        lc = self.config.learner
+        model, opt, algo = self.model, self.optimizer, self.algo
+        model.train()
+        last_log = last_ckpt = time.perf_counter()
+        env_rate, sample_rate = Rate(self.env_steps), Rate(0)
+        samples = 0
+        wait_s = 0.0
+        stats_acc: dict[str, float] = collections.defaultdict(float)
+        n_acc = 0
+        while True:
+            if self._stop.is_set():
+                return "interrupted" if self._receiver_error is None else f"receiver failed: {self._receiver_error}"
+            if time_up():
+                return "time limit"
+            if self.max_env_steps is not None and self.env_steps >= self.max_env_steps:
+                return "env step limit"
+            if self._target_reached():
+                return "target reached"
+            t_wait = time.perf_counter()
+            if algo.uses_replay:
+                batch = algo.sample(self.device)
+                if batch is None:  # replay not warm yet: wait for the receiver to fill it
+                    self._stop.wait(0.005)
+                    wait_s += time.perf_counter() - t_wait
+                    continue
+                lag_versions = batch.pop("_policy_version", None)
+            else:
+                items = self._next_batch(lambda: time_up() or (self.max_env_steps is not None and self.env_steps >= self.max_env_steps))
+                if items is None:
+                    continue
+                batch = algo.collate([m for m, _ in items], self.device)
+                lag_versions = [m.policy_version for m, _ in items]
+            wait_s += time.perf_counter() - t_wait
+
+            if lc.lr_decay_env_steps is not None:
+                progress = min(1.0, self.env_steps / lc.lr_decay_env_steps)
+                frac = 1.0 - progress * (1.0 - lc.lr_final_scale)
+                for g in opt.param_groups:
+                    g["lr"] = lc.learning_rate * frac
+            loss, stats = algo.loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), lc.max_grad_norm)
+            opt.step()
+            algo.after_update(model, batch, stats)
+            with self._lock:
+                self.updates += 1
+                if lag_versions is not None:
+                    self.lags.extend(self.updates - 1 - int(v) for v in lag_versions)
+            samples += _batch_samples(batch)
+            if self.updates % lc.publish_interval == 0:
+                self._publish()
+            for k, v in stats.items():
+                stats_acc[k] += float(v)
+            stats_acc["grad_norm"] += float(grad_norm)
+            n_acc += 1
+
+            now = time.perf_counter()
+            if now - last_log >= lc.log_interval_s:
+                self._log(metrics, now - t_start, env_rate, sample_rate, samples, wait_s / (now - last_log), stats_acc, n_acc)
+                stats_acc.clear()
+                n_acc = 0
+                wait_s = 0.0
+                last_log = now
+            if self.ckdir is not None and now - last_ckpt >= lc.checkpoint_interval_s:
+                self.save_checkpoint(now - t_start)
+                last_ckpt = now
+
+    def _publish(self) -> None:
+        params = flat_params(self.model)
+        frame = wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=self.updates)
+        self._latest_weights = (self.updates, params)
+        try:
+            self.pub.send(frame, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass  # a slow subscriber's queue is full: it gets a newer version later
+
+    def _log(self, metrics, elapsed, env_rate, sample_rate, samples, wait_frac, stats_acc, n_acc) -> None:
+        with self._lock:
+            env_steps, updates = self.env_steps, self.updates
+            rejected = dict(self.rejected)
+            lags, self.lags = self.lags, []
+            now = time.monotonic()
+            connected = sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
+            mean_ret = float(np.mean(self.returns)) if self.returns else None
+            mean_len = float(np.mean(self.lengths)) if self.lengths else None
+            n_ret = len(self.returns)
+            episodes = self.episodes
+            custom = dict(self.custom)
+        fps = env_rate.read(env_steps)
+        lfps = sample_rate.read(samples)
+        scalars = {k: v / max(n_acc, 1) for k, v in stats_acc.items()}
+        scalars.update(
+            {
+                "perf/env_frames_per_s": fps,
+                "perf/learner_frames_per_s": lfps,
+                "perf/wait_for_data_frac": wait_frac,
+                "perf/queue_depth": self.queue.qsize(),
+                "actors/connected": connected,
+                "policy_lag/mean": float(np.mean(lags)) if lags else None,
+                "policy_lag/max": float(np.max(lags)) if lags else None,
+                "episode/return": mean_ret,
+                "episode/length": mean_len,
+                "episode/count": episodes,
+                "updates": updates,
+            }
+        )
+        scalars.update({f"rejected/{k}": float(v) for k, v in rejected.items()})
+        scalars.update({f"custom/{k}": v for k, v in custom.items()})
+        metrics.scalars(scalars, env_steps)
+        ret = f"{mean_ret:.1f} ({n_ret} eps)" if mean_ret is not None else "-"
+        lag = f"{np.mean(lags):.1f}/{np.max(lags)}" if lags else "-"
+        rej = sum(rejected.values())
+        metrics.line(
+            f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} fps  updates {updates:,}  return {ret}  "
+            f"lag {lag}  queue {self.queue.qsize()}/{self.queue.maxsize}  actors {connected}" + (f"  rejected {rej}" if rej else "")
+        )
+
+    def save_checkpoint(self, elapsed: float) -> Path | None:
+        if self.ckdir is None or self.model is None:
+            return None
+        obs, act = self.obs_spec.to_json(), self.action_spec.to_json()
+        with self._lock:
+            counters = {
+                "updates": self.updates,
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "train_seconds": self.train_seconds_before + elapsed,
+                "recent_returns": list(self.returns),
+            }
+        state = {
+            "model_hash": self.config.model_hash(obs, act),
+            "model_shaping": self.config.model_shaping(obs, act),
+            "config": self.config.to_dict(),
+            "obs_spec": obs,
+            "action_spec": act,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "algo": self.algo.state_dict(),
+            "counters": counters,
+        }
+        return checkpoint.save(self.ckdir, counters["updates"], state, self.config.learner.keep_checkpoints)
+
+    def _finish(self, metrics: MetricsWriter, t_start: float, stop_reason: str) -> LearnerResult:
+        elapsed = time.perf_counter() - t_start
+        if self.model is not None and self.ckdir is not None:
+            path = self.save_checkpoint(elapsed)
+            self._say(f"checkpoint {path}")
+        mean = self.mean_return()
+        reached = self.stop_at_return is not None and self._target_reached()
+        result = LearnerResult(
+            env_steps=self.env_steps,
+            updates=self.updates,
+            episodes=self.episodes,
+            train_seconds=elapsed,
+            final_mean_return=mean,
+            reached=reached,
+            stop_reason=stop_reason,
+        )
+        if self.logdir is not None:
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            tmp = self.logdir / ".learner_final.json.tmp"
+            tmp.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+            os.replace(tmp, self.logdir / "learner_final.json")
+        mean_s = f"{mean:.1f}" if mean is not None else "-"
+        self._say(f"done ({stop_reason}): {self.env_steps:,} env steps, {self.updates:,} updates, mean return {mean_s}, {elapsed:.1f}s")
+        return result
+
+    def close(self) -> None:
+        """Tells actors training is over, stops the receiver, closes sockets."""
+        self._stop.set()
+        try:
+            self.pub.send(wire.encode(wire.Kind.SHUTDOWN, meta="learner finished"), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        if self._receiver.is_alive():
+            self._receiver.join(timeout=5)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for s in (self.control, self.pull, self.pub):
+            s.close(linger=0)
+        if self._own_ctx:
+            self.ctx.term()
+
+
+def _batch_samples(batch: dict[str, torch.Tensor]) -> int:
+    a = batch.get("action")
+    if a is None:
+        return 0
+    return int(a.shape[0] * a.shape[1]) if a.dim() >= 2 else int(a.shape[0])

@@ -1,0 +1,445 @@
+"""The zrl wire format: one ZeroMQ frame per message, never pickle.
+
+    [header 48 B][descriptors 80 B x n][meta][pad][array 0][pad][array 1]...
+
+The header (little-endian) carries magic, protocol version, message kind,
+sender id, sequence number, policy version, the number of arrays, the meta
+length, flags and the total length. Each descriptor names an array (32 bytes
+of UTF-8), its dtype code, its shape (up to 6 dims) and where its bytes lie
+(offset from the frame start, aligned to 64, and length). `meta` is UTF-8:
+JSON for hello / hello-reply / stats-like messages, plain text for errors.
+docs/PROTOCOL.md gives the layout byte by byte; tests/data holds golden frames.
+
+One frame, not one frame per array: ZeroMQ's per-frame cost dominates small
+messages (2 KB: ~400k msg/s as one frame, ~170k as two), and a sender that
+builds its arrays in place inside the frame (`Layout`) sends it with no copy.
+
+`decode` checks everything a hostile peer could get wrong and raises
+`WireError(reason, detail)`; receivers count rejections by `reason` and drop
+the message. Arrays are numpy views over the received frame (no copy).
+"""
+from __future__ import annotations
+
+import enum
+import json
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+MAGIC = b"ZRLW"
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct("<4sHHIIQQIIQ")  # 48 bytes
+DESCRIPTOR = struct.Struct("<32sBBHI6IQQ")  # 80 bytes
+HEADER_SIZE = HEADER.size
+DESCRIPTOR_SIZE = DESCRIPTOR.size
+ALIGN = 64
+MAX_DIMS = 6
+MAX_ARRAYS = 64
+NAME_BYTES = 32
+assert HEADER_SIZE == 48 and DESCRIPTOR_SIZE == 80
+
+
+class Kind(enum.IntEnum):
+    HELLO = 1  # actor/server -> learner (or client -> agent server): meta JSON
+    HELLO_REPLY = 2  # meta JSON; arrays: current weights
+    TRAJECTORY = 3  # actor -> learner: the arrays an algorithm records
+    WEIGHTS = 4  # learner -> actors: one float32 array "params"; header policy_version
+    STATS = 5  # named float64 arrays (episode returns, client scalars) -> TensorBoard
+    ERROR = 6  # meta: UTF-8 text, raised by the receiver with that text
+    SHUTDOWN = 7  # learner -> actors: training is over, exit cleanly
+    # Agent server (clients <-> `zrl serve`).
+    ACT = 16  # client -> server: observation (+ reward, flags for the previous step)
+    ACTION = 17  # server -> client: the action to take
+    BYE = 18  # client -> server: disconnect
+
+
+KIND_VALUES = frozenset(int(k) for k in Kind)
+
+# dtype code <-> numpy dtype. The allow-list: anything else is bad_dtype.
+DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.bool_),
+    2: np.dtype(np.uint8),
+    3: np.dtype(np.int8),
+    4: np.dtype("<i2"),
+    5: np.dtype("<i4"),
+    6: np.dtype("<i8"),
+    7: np.dtype("<f2"),
+    8: np.dtype("<f4"),
+    9: np.dtype("<f8"),
+    10: np.dtype("<u2"),
+    11: np.dtype("<u4"),
+}
+DTYPE_CODES: dict[np.dtype, int] = {dt: code for code, dt in DTYPES.items()}
+
+
+class Reason(str, enum.Enum):
+    """Why a message was rejected; each is a counted metric."""
+
+    TOO_SHORT = "too_short"
+    TOO_LARGE = "too_large"
+    BAD_MAGIC = "bad_magic"
+    BAD_VERSION = "bad_version"
+    BAD_KIND = "bad_kind"
+    BAD_HEADER = "bad_header"
+    BAD_DESCRIPTOR = "bad_descriptor"
+    BAD_DTYPE = "bad_dtype"
+    BAD_LENGTH = "bad_length"
+    BAD_META = "bad_meta"
+    MISSING_FIELD = "missing_field"
+    UNKNOWN_FIELD = "unknown_field"
+    BAD_SHAPE = "bad_shape"
+    UNEXPECTED_KIND = "unexpected_kind"
+    BAD_VALUE = "bad_value"
+    NOT_READY = "not_ready"
+
+
+class WireError(ValueError):
+    def __init__(self, reason: Reason, detail: str):
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def _name_bytes(name: str) -> bytes:
+    b = name.encode("utf-8")
+    if not b or len(b) >= NAME_BYTES or b"\0" in b:
+        raise ValueError(f"array name {name!r} must be 1..{NAME_BYTES - 1} UTF-8 bytes without NUL")
+    return b
+
+
+def _dtype_code(dt: np.dtype) -> int:
+    code = DTYPE_CODES.get(np.dtype(dt).newbyteorder("<") if np.dtype(dt).byteorder == ">" else np.dtype(dt))
+    if code is None:
+        raise ValueError(f"dtype {dt} cannot cross the wire (allowed: {sorted(str(d) for d in DTYPES.values())})")
+    return code
+
+
+def _meta_bytes(meta: Any) -> bytes:
+    if meta is None:
+        return b""
+    if isinstance(meta, (bytes, bytearray, memoryview)):
+        return bytes(meta)
+    if isinstance(meta, str):
+        return meta.encode("utf-8")
+    return json.dumps(meta, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------
+# Encoding
+
+
+def encode(
+    kind: Kind,
+    arrays: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]] = (),
+    meta: Any = None,
+    *,
+    sender_id: int = 0,
+    seq: int = 0,
+    policy_version: int = 0,
+) -> bytearray:
+    """One frame holding `arrays` (copied in) and `meta` (dict -> JSON, str -> UTF-8)."""
+    items = list(arrays.items()) if isinstance(arrays, Mapping) else list(arrays)
+    meta_b = _meta_bytes(meta)
+    specs = [(name, np.asarray(a).dtype, np.asarray(a).shape) for name, a in items]
+    layout = Layout(kind, specs, meta_len=len(meta_b))
+    buf = bytearray(layout.capacity)
+    layout.write_header(buf, sender_id=sender_id, seq=seq, policy_version=policy_version, meta=meta_b)
+    for (name, a), (off, nbytes) in zip(items, layout.regions):
+        if nbytes:
+            src = np.ascontiguousarray(a)
+            buf[off : off + nbytes] = src.view(np.uint8).reshape(-1).data
+    return buf
+
+
+class Layout:
+    """A precomputed frame layout for a fixed list of (name, dtype, shape).
+
+    `allocate()` returns an `OutMessage` whose `.arrays` are writable numpy views
+    inside one frame buffer: fill them in place and `finish()` gives the frame,
+    so a sender pays no copy. An array whose leading dimension varies (a count
+    of rows) is declared with its capacity and given its used rows at `finish`.
+    """
+
+    def __init__(self, kind: Kind, specs: list[tuple[str, Any, tuple[int, ...]]], meta_len: int = 0):
+        if len(specs) > MAX_ARRAYS:
+            raise ValueError(f"at most {MAX_ARRAYS} arrays per message, got {len(specs)}")
+        self.kind = Kind(kind)
+        self.names = [s[0] for s in specs]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"duplicate array names in {self.names}")
+        self.dtypes = [np.dtype(s[1]) for s in specs]
+        self.shapes = [tuple(int(d) for d in s[2]) for s in specs]
+        for name, shape in zip(self.names, self.shapes):
+            if len(shape) > MAX_DIMS:
+                raise ValueError(f"array {name!r}: at most {MAX_DIMS} dims, got shape {shape}")
+            if any(d < 0 or d > 0xFFFFFFFF for d in shape):
+                raise ValueError(f"array {name!r}: bad shape {shape}")
+        self.codes = [_dtype_code(dt) for dt in self.dtypes]
+        self.name_bytes = [_name_bytes(n) for n in self.names]
+        self.meta_len = meta_len
+        self.meta_offset = HEADER_SIZE + DESCRIPTOR_SIZE * len(specs)
+        off = _align(self.meta_offset + meta_len)
+        self.regions: list[tuple[int, int]] = []
+        for dt, shape in zip(self.dtypes, self.shapes):
+            nbytes = dt.itemsize * math.prod(shape)
+            self.regions.append((off, nbytes))
+            off = _align(off + nbytes)
+        self.capacity = self.regions[-1][0] + self.regions[-1][1] if self.regions else self.meta_offset + meta_len
+
+    def write_header(self, buf, *, sender_id: int, seq: int, policy_version: int, meta: bytes = b"", shapes=None) -> int:
+        """Writes header, descriptors and meta into `buf`; returns the frame length."""
+        shapes = shapes or self.shapes
+        total = self.meta_offset + len(meta)
+        for i, shape in enumerate(shapes):
+            off = self.regions[i][0]
+            nbytes = self.dtypes[i].itemsize * math.prod(shape)
+            dims = list(shape) + [0] * (MAX_DIMS - len(shape))
+            DESCRIPTOR.pack_into(buf, HEADER_SIZE + i * DESCRIPTOR_SIZE, self.name_bytes[i], self.codes[i], len(shape), 0, 0, *dims, off, nbytes)
+            total = max(total, off + nbytes)
+        HEADER.pack_into(
+            buf, 0, MAGIC, PROTOCOL_VERSION, int(self.kind), sender_id, len(shapes), seq, policy_version, len(meta), 0, total
+        )
+        if meta:
+            buf[self.meta_offset : self.meta_offset + len(meta)] = meta
+        return total
+
+    def allocate(self) -> "OutMessage":
+        return OutMessage(self)
+
+
+class OutMessage:
+    """A frame being filled in place; see `Layout`."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        self.buffer = np.zeros(layout.capacity, dtype=np.uint8)
+        self.arrays: dict[str, np.ndarray] = {}
+        for name, dt, shape, (off, nbytes) in zip(layout.names, layout.dtypes, layout.shapes, layout.regions):
+            self.arrays[name] = self.buffer[off : off + nbytes].view(dt).reshape(shape)
+
+    def finish(self, *, sender_id: int, seq: int, policy_version: int, rows: Mapping[str, int] | None = None) -> memoryview:
+        """Writes the header; `rows` gives the used leading dimension of variable arrays. Returns the frame."""
+        shapes = self.layout.shapes
+        if rows:
+            shapes = [(rows[n], *s[1:]) if n in rows else s for n, s in zip(self.layout.names, shapes)]
+            for n, s in zip(self.layout.names, shapes):
+                if n in rows and rows[n] > self.arrays[n].shape[0]:
+                    raise ValueError(f"{n}: {rows[n]} rows exceed the layout's capacity {self.arrays[n].shape[0]}")
+        total = self.layout.write_header(self.buffer, sender_id=sender_id, seq=seq, policy_version=policy_version, shapes=shapes)
+        return memoryview(self.buffer)[:total]
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+class Message:
+    """A decoded frame. `arrays` are read-only numpy views over the frame, made on first use."""
+
+    __slots__ = ("kind", "sender_id", "seq", "policy_version", "meta", "infos", "_buf", "_arrays", "nbytes")
+
+    def __init__(self, kind, sender_id, seq, policy_version, meta, infos, buf, nbytes):
+        self.kind = kind
+        self.sender_id = sender_id
+        self.seq = seq
+        self.policy_version = policy_version
+        self.meta = meta
+        self.infos: tuple[ArrayInfo, ...] = infos
+        self._buf = buf
+        self._arrays: dict[str, np.ndarray] | None = None
+        self.nbytes = nbytes
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        if self._arrays is None:
+            buf = self._buf
+            self._arrays = {
+                i.name: np.frombuffer(buf, dtype=i.dtype, count=math.prod(i.shape), offset=i.offset).reshape(i.shape)
+                for i in self.infos
+            }
+        return self._arrays
+
+    def json(self) -> dict[str, Any]:
+        """The meta as a JSON object; a WireError(bad_meta) if it is not one."""
+        try:
+            obj = json.loads(bytes(self.meta).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise WireError(Reason.BAD_META, f"meta is not UTF-8 JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise WireError(Reason.BAD_META, "meta must be a JSON object")
+        return obj
+
+    def text(self) -> str:
+        return bytes(self.meta).decode("utf-8", errors="replace")
+
+
+# Validated descriptor blocks, keyed by their bytes: a stream of messages with
+# one layout (the common case) pays for descriptor checks once.
+_layout_cache: dict[bytes, tuple[ArrayInfo, ...]] = {}
+_LAYOUT_CACHE_MAX = 256
+
+
+def decode(frame, max_bytes: int = 1 << 30, allowed_kinds: frozenset[int] | None = None) -> Message:
+    """Parses and checks one frame (bytes, memoryview or zmq.Frame); raises WireError."""
+    buf = frame.buffer if hasattr(frame, "buffer") else frame
+    n = len(buf)
+    if n > max_bytes:
+        raise WireError(Reason.TOO_LARGE, f"{n} bytes > cap {max_bytes}")
+    if n < HEADER_SIZE:
+        raise WireError(Reason.TOO_SHORT, f"{n} bytes < header {HEADER_SIZE}")
+    magic, version, kind, sender_id, n_arrays, seq, policy_version, meta_len, flags, total = HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise WireError(Reason.BAD_MAGIC, f"magic {magic!r}")
+    if version != PROTOCOL_VERSION:
+        raise WireError(Reason.BAD_VERSION, f"protocol version {version}, this side speaks {PROTOCOL_VERSION}")
+    if kind not in KIND_VALUES:
+        raise WireError(Reason.BAD_KIND, f"unknown kind {kind}")
+    if allowed_kinds is not None and kind not in allowed_kinds:
+        raise WireError(Reason.UNEXPECTED_KIND, f"kind {Kind(kind).name} not accepted here")
+    if total != n:
+        raise WireError(Reason.BAD_LENGTH, f"header says {total} bytes, frame has {n}")
+    if flags != 0 or n_arrays > MAX_ARRAYS:
+        raise WireError(Reason.BAD_HEADER, f"flags {flags}, {n_arrays} arrays (max {MAX_ARRAYS})")
+    meta_off = HEADER_SIZE + DESCRIPTOR_SIZE * n_arrays
+    data_start = meta_off + meta_len
+    if data_start > n:
+        raise WireError(Reason.BAD_LENGTH, f"descriptors and meta end at {data_start}, frame has {n} bytes")
+    if n_arrays:
+        key = bytes(buf[HEADER_SIZE:meta_off])
+        infos = _layout_cache.get(key)
+        if infos is None:
+            infos = _parse_descriptors(buf, n_arrays)
+            if len(_layout_cache) >= _LAYOUT_CACHE_MAX:
+                _layout_cache.clear()
+            _layout_cache[key] = infos
+        for i in infos:  # cheap per-frame bounds check: cached layouts are frame-independent
+            if i.offset < data_start or i.offset + i.nbytes > n:
+                raise WireError(Reason.BAD_LENGTH, f"array {i.name!r} bytes [{i.offset}, {i.offset + i.nbytes}) outside data [{data_start}, {n})")
+    else:
+        infos = ()
+    meta = buf[meta_off:data_start]
+    return Message(Kind(kind), sender_id, seq, policy_version, meta, infos, buf, n)
+
+
+def _parse_descriptors(buf, n_arrays: int) -> tuple[ArrayInfo, ...]:
+    infos = []
+    seen = set()
+    for i in range(n_arrays):
+        raw_name, code, ndim, r16, r32, d0, d1, d2, d3, d4, d5, offset, nbytes = DESCRIPTOR.unpack_from(buf, HEADER_SIZE + i * DESCRIPTOR_SIZE)
+        name_b = raw_name.rstrip(b"\0")
+        try:
+            name = name_b.decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireError(Reason.BAD_DESCRIPTOR, f"array {i}: name is not UTF-8") from None
+        if not name or b"\0" in name_b or name in seen:
+            raise WireError(Reason.BAD_DESCRIPTOR, f"array {i}: empty, NUL-containing or duplicate name {name!r}")
+        seen.add(name)
+        if r16 or r32:
+            raise WireError(Reason.BAD_DESCRIPTOR, f"array {name!r}: reserved bytes are not zero")
+        dt = DTYPES.get(code)
+        if dt is None:
+            raise WireError(Reason.BAD_DTYPE, f"array {name!r}: unknown dtype code {code}")
+        if ndim > MAX_DIMS:
+            raise WireError(Reason.BAD_DESCRIPTOR, f"array {name!r}: {ndim} dims > {MAX_DIMS}")
+        dims = (d0, d1, d2, d3, d4, d5)
+        if any(dims[ndim:]):
+            raise WireError(Reason.BAD_DESCRIPTOR, f"array {name!r}: unused dims are not zero")
+        shape = dims[:ndim]
+        if nbytes != dt.itemsize * math.prod(shape):
+            raise WireError(Reason.BAD_LENGTH, f"array {name!r}: {nbytes} bytes for shape {shape} of {dt}")
+        if offset % dt.itemsize:
+            raise WireError(Reason.BAD_DESCRIPTOR, f"array {name!r}: offset {offset} not aligned to {dt.itemsize}")
+        infos.append(ArrayInfo(name, dt, shape, offset, nbytes))
+    return tuple(infos)
+
+
+# ---------------------------------------------------------------------------
+# Schemas: what an algorithm's messages must contain
+
+
+Dim = int | str  # an int, or a symbol such as "T", "K", "M" or "T+1"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: np.dtype
+    shape: tuple[Dim, ...]
+
+
+class Schema:
+    """The arrays a message kind must carry: names, dtypes and shapes with symbols.
+
+    Symbols are bound by `fixed` (e.g. T from the config) or by the first
+    field that uses them (e.g. K, the sender's number of envs); `bounds`
+    limits free symbols. `check` raises WireError or returns the bindings.
+    """
+
+    def __init__(self, fields: Iterable[Field], fixed: Mapping[str, int] | None = None, bounds: Mapping[str, tuple[int, int]] | None = None):
+        self.fields = {f.name: Field(f.name, np.dtype(f.dtype), tuple(f.shape)) for f in fields}
+        self.fixed = dict(fixed or {})
+        self.bounds = dict(bounds or {})
+        self._ok_layouts: dict[tuple[ArrayInfo, ...], dict[str, int]] = {}
+
+    def check(self, msg: Message) -> dict[str, int]:
+        cached = self._ok_layouts.get(msg.infos)
+        if cached is not None:
+            return cached
+        got = {i.name: i for i in msg.infos}
+        missing = [n for n in self.fields if n not in got]
+        if missing:
+            raise WireError(Reason.MISSING_FIELD, f"missing {missing}")
+        extra = [n for n in got if n not in self.fields]
+        if extra:
+            raise WireError(Reason.UNKNOWN_FIELD, f"unexpected {extra}")
+        env = dict(self.fixed)
+        for name, f in self.fields.items():
+            info = got[name]
+            if info.dtype != f.dtype:
+                raise WireError(Reason.BAD_DTYPE, f"{name}: dtype {info.dtype}, expected {f.dtype}")
+            if len(info.shape) != len(f.shape):
+                raise WireError(Reason.BAD_SHAPE, f"{name}: shape {info.shape}, expected {self.describe(f)}")
+            for d, want in zip(info.shape, f.shape):
+                if isinstance(want, int):
+                    if d != want:
+                        raise WireError(Reason.BAD_SHAPE, f"{name}: shape {info.shape}, expected {self.describe(f)}")
+                    continue
+                sym, plus = _parse_dim(want)
+                value = d - plus
+                if sym in env:
+                    if env[sym] != value:
+                        raise WireError(Reason.BAD_SHAPE, f"{name}: shape {info.shape}, expected {self.describe(f)} with {sym}={env[sym]}")
+                else:
+                    lo, hi = self.bounds.get(sym, (0, 1 << 31))
+                    if not lo <= value <= hi:
+                        raise WireError(Reason.BAD_SHAPE, f"{name}: {sym}={value} outside [{lo}, {hi}]")
+                    env[sym] = value
+        if len(self._ok_layouts) < 64:
+            self._ok_layouts[msg.infos] = env
+        return env
+
+    def describe(self, f: Field) -> str:
+        return "(" + ", ".join(str(self.fixed.get(d, d)) if isinstance(d, str) else str(d) for d in f.shape) + ")"
+
+
+def _parse_dim(d: str) -> tuple[str, int]:
+    if "+" in d:
+        sym, plus = d.split("+", 1)
+        return sym.strip(), int(plus)
+    return d.strip(), 0
