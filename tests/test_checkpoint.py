@@ -21,7 +21,7 @@ def train_a_little(make_learner, make_actor, cfg, logdir, updates):
     return learner, result
 
 
-def test_resume_continues_the_counters(tmp_path, make_learner, make_actor):
+def test_resume_continues_the_counters(tmp_path, endpoint, make_learner, make_actor):
     cfg = small_config()
     logdir = tmp_path / "run"
     first, r1 = train_a_little(make_learner, make_actor, cfg, logdir, 5)
@@ -32,12 +32,13 @@ def test_resume_continues_the_counters(tmp_path, make_learner, make_actor):
     assert state["counters"]["updates"] == r1.updates and state["counters"]["env_steps"] == r1.env_steps
     first.close()
 
-    second, runner = make_learner(cfg, logdir=logdir, resume=True)
+    # A new endpoint: ZeroMQ releases a closed socket's inproc name asynchronously.
+    second, runner = make_learner(cfg, logdir=logdir, resume=True, bind=endpoint + "-resumed")
     assert second.updates == r1.updates and second.env_steps == r1.env_steps and second.episodes == r1.episodes
     # Same weights as were saved.
     for (k, v), (k2, v2) in zip(state["model"].items(), second.model.state_dict().items()):
         assert k == k2 and torch.equal(v, v2)
-    make_actor(cfg, index=0)
+    make_actor(cfg, index=0, learner=endpoint + "-resumed")
     wait_for(lambda: second.updates >= r1.updates + 3, 60, "training to continue after resume")
     assert second.env_steps > r1.env_steps
 

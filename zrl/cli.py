@@ -82,14 +82,15 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
 @click.option("--index", type=int, default=0, show_default=True, help="This actor's index (its sender id).")
 @click.option("--num-actors", type=int, default=1, show_default=True, help="How many actors there are in all.")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
-def actor(config_path, overrides, learner_endpoint, index, num_actors, seed):
+@click.option("--eval", "eval_mode", is_flag=True, help="Evaluation actor: act greedily, send only episode returns (run.eval_num_envs envs).")
+def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eval_mode):
     """Step environments and stream trajectories to a learner."""
     cfg = _load(config_path, overrides)
     if index < 0 or num_actors < 1 or index >= num_actors:
         raise click.BadParameter(f"--index {index} must be in [0, --num-actors {num_actors})")
     from zrl.launch import run_actor
 
-    sys.exit(run_actor(cfg, learner_endpoint, index, num_actors, seed, install_signals=_install_stop_handlers))
+    sys.exit(run_actor(cfg, learner_endpoint, index, num_actors, seed, install_signals=_install_stop_handlers, eval_mode=eval_mode))
 
 
 @main.command()

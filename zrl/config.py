@@ -30,6 +30,7 @@ __all__ = [
     "EnvConfig",
     "ModelConfig",
     "ImpalaConfig",
+    "ApexDQNConfig",
     "ActorConfig",
     "LearnerConfig",
     "RunConfig",
@@ -115,9 +116,63 @@ class ImpalaConfig:
         _check(self.reward_clip is None or self.reward_clip > 0, "algo.reward_clip", "must be > 0 or null")
 
 
+@dataclass(frozen=True)
+class ApexDQNConfig:
+    """Ape-X DQN (Horgan et al. 2018): many epsilon-greedy actors, one prioritised replay."""
+
+    uses_replay = True  # not a field: the learner samples from replay, not from a stream
+    name: str = "apex_dqn"
+    discount: float = 0.99
+    """gamma."""
+    n_step: int = 3
+    """Returns over n steps, computed at the actor."""
+    double_q: bool = True
+    """Double DQN targets: the online net picks a*, the target net scores it."""
+    dueling: bool = True
+    """Dueling head: V(s) + A(s, a) - mean_a A(s, a)."""
+    batch_size: int = 256
+    """Transitions sampled per update."""
+    target_update_interval: int = 500
+    """Copy the online net into the target net every this many updates."""
+    replay_capacity: int = 100_000
+    """Transitions kept (FIFO eviction)."""
+    min_replay_size: int = 2_000
+    """Learning starts once the replay holds this many transitions."""
+    priority_alpha: float = 0.6
+    """Prioritisation exponent alpha (0: uniform)."""
+    priority_beta: float = 0.4
+    """Importance-sampling exponent beta."""
+    priority_eps: float = 1e-6
+    """Added to |TD error| so that no priority is 0."""
+    eps_base: float = 0.4
+    """Actor i of N explores with eps_base ** (1 + eps_alpha * i / (N - 1)); one actor uses eps_base."""
+    eps_alpha: float = 7.0
+    huber_delta: float = 1.0
+    """Huber loss threshold on the TD error."""
+    replay_checkpoint: bool = False
+    """Save the replay contents with each checkpoint and restore them on resume."""
+    max_transitions_per_message: int = 4096
+    """Largest batch of transitions one actor message may carry."""
+
+    def __post_init__(self):
+        _check(0.0 <= self.discount <= 1.0, "algo.discount", "must be in [0, 1]")
+        _check(self.n_step >= 1, "algo.n_step", "must be >= 1")
+        _check(self.batch_size >= 1, "algo.batch_size", "must be >= 1")
+        _check(self.target_update_interval >= 1, "algo.target_update_interval", "must be >= 1")
+        _check(self.replay_capacity >= 1, "algo.replay_capacity", "must be >= 1")
+        _check(1 <= self.min_replay_size <= self.replay_capacity, "algo.min_replay_size", "must be in [1, replay_capacity]")
+        _check(self.priority_alpha >= 0, "algo.priority_alpha", "must be >= 0")
+        _check(0.0 <= self.priority_beta <= 1.0, "algo.priority_beta", "must be in [0, 1]")
+        _check(self.priority_eps > 0, "algo.priority_eps", "must be > 0")
+        _check(0.0 <= self.eps_base <= 1.0, "algo.eps_base", "must be in [0, 1]")
+        _check(self.eps_alpha >= 0, "algo.eps_alpha", "must be >= 0")
+        _check(self.huber_delta > 0, "algo.huber_delta", "must be > 0")
+        _check(self.max_transitions_per_message >= 1, "algo.max_transitions_per_message", "must be >= 1")
+
+
 # algo.name -> its hyper-parameter dataclass. An algorithm adds itself here and
 # one file under zrl/learner/algorithms/.
-ALGO_CONFIGS: dict[str, type] = {"impala": ImpalaConfig}
+ALGO_CONFIGS: dict[str, type] = {"impala": ImpalaConfig, "apex_dqn": ApexDQNConfig}
 
 
 @dataclass(frozen=True)
@@ -222,9 +277,16 @@ class RunConfig:
     """Stop after this many seconds of training."""
     max_env_steps: Optional[int] = None
     """Stop after this many env steps."""
+    eval_actor: bool = False
+    """`zrl run` also starts a greedy evaluation actor that feeds no data; the mean
+    return (stop_at_return, summary.json) is then the evaluation actors' return.
+    Value-based algorithms need it: their exploring actors cannot score the target."""
+    eval_num_envs: int = 8
+    """Environments of the evaluation actor."""
 
     def __post_init__(self):
         _check(self.num_actors >= 0, "run.num_actors", "must be >= 0")
+        _check(self.eval_num_envs >= 1, "run.eval_num_envs", "must be >= 1")
         _check(self.return_window >= 1, "run.return_window", "must be >= 1")
         _check(self.max_seconds is None or self.max_seconds > 0, "run.max_seconds", "must be > 0")
         _check(self.max_env_steps is None or self.max_env_steps > 0, "run.max_env_steps", "must be > 0")
@@ -251,7 +313,7 @@ class Config:
     """Where this config came from (for messages)."""
 
     def __post_init__(self):
-        if self.learner.batch_size % self.actor.num_envs != 0:
+        if not getattr(self.algo, "uses_replay", False) and self.learner.batch_size % self.actor.num_envs != 0:
             raise ConfigError(
                 f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
                 f"actor.num_envs ({self.actor.num_envs})"

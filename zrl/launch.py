@@ -49,13 +49,13 @@ def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=
     return 1 if result.stop_reason.startswith("receiver failed") else 0
 
 
-def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, seed, install_signals: Callable | None = None) -> int:
+def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, seed, install_signals: Callable | None = None, eval_mode: bool = False) -> int:
     from zrl.actors.actor import Actor, HelloError
 
     stop = threading.Event()
     if install_signals is not None:
         install_signals(stop.set)
-    actor = Actor(cfg, learner_endpoint, index, num_actors, seed, stop=stop)
+    actor = Actor(cfg, learner_endpoint, index, num_actors, seed, stop=stop, eval_mode=eval_mode)
     try:
         actor.run()
     except HelloError as e:
@@ -135,8 +135,16 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
     if ready_file:
         learner_argv += ["--ready-file", ready_file]
     learner = _Child("learner", learner_argv)
-    actor_argv = lambda i, ep: [*base, "actor", *cfg_args, "--learner", ep, "--index", str(i), "--num-actors", str(opts.num_actors), "--seed", str(opts.seed)]  # noqa: E731
-    actors = [_Child(f"actor {i}", actor_argv(i, bind)) for i in range(opts.num_actors)]
+
+    def actor_argv(i: int, endpoint: str) -> list[str]:
+        # The evaluation actor takes the index after the training actors' (its sender id).
+        evaluating = i == opts.num_actors
+        n = opts.num_actors + 1 if evaluating else opts.num_actors
+        argv = [*base, "actor", *cfg_args, "--learner", endpoint, "--index", str(i), "--num-actors", str(n), "--seed", str(opts.seed)]
+        return argv + ["--eval"] if evaluating else argv
+
+    names = [f"actor {i}" for i in range(opts.num_actors)] + (["eval actor"] if cfg.run.eval_actor else [])
+    actors = [_Child(name, actor_argv(i, bind)) for i, name in enumerate(names)]
     stopping = threading.Event()
 
     def on_signal(signum, frame):
@@ -149,7 +157,8 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             a.signal(signal.SIGTERM)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    print(f"[zrl run] learner + {opts.num_actors} actors on {cfg.env.id} ({cfg.algo.name}); logdir {logdir}", flush=True)
+    extra = " + a greedy evaluation actor" if cfg.run.eval_actor else ""
+    print(f"[zrl run] learner + {opts.num_actors} actors{extra} on {cfg.env.id} ({cfg.algo.name}); logdir {logdir}", flush=True)
     try:
         learner.start()
         if ready_file:
@@ -237,8 +246,10 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
         except ValueError:
             final = {}
     steps = int(final.get("env_steps", 0))
+    reached_unix = final.get("reached_at_unix")
     summary = {
         "wall_s": round(wall, 3),
+        "time_to_target_s": round(reached_unix - opts.t_start, 3) if reached_unix else None,
         "env_steps": steps,
         "env_steps_per_s": round(steps / wall, 1) if wall > 0 else 0.0,
         "final_mean_return": final.get("final_mean_return"),
@@ -247,6 +258,7 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
         "updates": final.get("updates"),
         "episodes": final.get("episodes"),
         "stop_reason": final.get("stop_reason", "learner failed"),
+        "return_source": final.get("return_source", "train"),
         "num_actors": opts.num_actors,
         "seed": opts.seed,
         "learner_exit_code": learner_code,
@@ -256,6 +268,8 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
     os.replace(tmp, logdir / "summary.json")
     ret = summary["final_mean_return"]
     ret_s = f"{ret:.1f}" if isinstance(ret, (int, float)) else "-"
+    if summary["return_source"] == "eval":
+        ret_s += " (greedy evaluation actor)"
     target = f" (target {opts.stop_at_return:g}: {'reached' if summary['reached'] else 'not reached'})" if opts.stop_at_return is not None else ""
     print(
         f"[zrl run] {summary['stop_reason']}: {wall:.1f}s wall, {steps:,} env steps ({summary['env_steps_per_s']:,.0f}/s), "

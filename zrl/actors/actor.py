@@ -92,6 +92,7 @@ class Actor:
         stop: threading.Event | None = None,
         console: bool = True,
         max_steps: int | None = None,
+        eval_mode: bool = False,
     ):
         self.config = config
         self.learner = learner
@@ -103,6 +104,8 @@ class Actor:
         self.stop = stop or threading.Event()
         self.console = console
         self.max_steps = max_steps
+        # An evaluation actor acts greedily, feeds no data, and reports its episodes as eval_*.
+        self.eval_mode = eval_mode
         self.push: zmq.Socket | None = None
         self.sub: zmq.Socket | None = None
         self.policy_version = -1
@@ -215,22 +218,26 @@ class Actor:
         """Runs until stopped, the learner shuts down, or max_steps; returns env steps taken."""
         cfg = self.config
         torch.set_num_threads(cfg.actor.torch_threads)
-        K = cfg.actor.num_envs
-        seed = self.seed * 10_000 + self.index * K
+        K = cfg.run.eval_num_envs if self.eval_mode else cfg.actor.num_envs
+        seed = self.seed * 10_000 + (5_000 if self.eval_mode else 0) + self.index * K
         torch.manual_seed(seed)
         env = make_vector_env(cfg.env, K, seed)
         try:
             algo = algorithms.get(cfg.algo.name)(cfg, env.observation_spec, env.action_spec)
             self.model = algo.build_model()
             self.model.eval()
-            meta = hello_meta(cfg, "actor", self.index, env.observation_spec, env.action_spec, K)
+            meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, env.observation_spec, env.action_spec, K)
             self._connect(meta)
             if self.stop.is_set():
                 return 0
             sender = Sender(self.index)
-            self.actor_algo = algo.make_actor(self.model, num_envs=K, actor_index=self.index, num_actors=self.num_actors, seed=seed, sender=sender)
+            if self.eval_mode:
+                self.actor_algo = EvalActor(algo, self.model)
+            else:
+                self.actor_algo = algo.make_actor(self.model, num_envs=K, actor_index=self.index, num_actors=self.num_actors, seed=seed, sender=sender)
             self.actor_algo.policy_version = self.policy_version
-            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}, policy version {self.policy_version}")
+            what = "evaluating greedily" if self.eval_mode else "acting"
+            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}, {what}, policy version {self.policy_version}")
             return self._loop(env, meta, sender)
         except LearnerFinished as e:
             self._say(f"learner finished ({e}); exiting")
@@ -242,7 +249,8 @@ class Actor:
                 self.ctx.term()
 
     def _loop(self, env, meta, sender: Sender) -> int:
-        K = self.config.actor.num_envs
+        K = env.num_envs
+        ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
         stats_every = self.config.actor.stats_interval_s
         obs = env.reset()
         self.actor_algo.begin(obs)
@@ -270,7 +278,7 @@ class Actor:
             now = time.monotonic()
             if done_ret and now - last_stats >= stats_every:
                 self._send(
-                    sender.encode(wire.Kind.STATS, {"episode_return": np.array(done_ret), "episode_length": np.array(done_len)}, self.policy_version),
+                    sender.encode(wire.Kind.STATS, {ret_name: np.array(done_ret), len_name: np.array(done_len)}, self.policy_version),
                     meta,
                 )
                 done_ret, done_len = [], []
@@ -279,3 +287,23 @@ class Actor:
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps
+
+
+class EvalActor:
+    """Greedy acting for an evaluation actor: it sends no trajectories."""
+
+    policy_version = 0
+
+    def __init__(self, algo, model):
+        self.algo = algo
+        self.model = model
+
+    def begin(self, obs: np.ndarray) -> None:
+        pass
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return self.algo.act_eval(self.model, torch.from_numpy(obs), greedy=True).numpy()
+
+    def observe(self, step) -> list:
+        return []

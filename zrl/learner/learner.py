@@ -61,6 +61,9 @@ class LearnerResult:
     final_mean_return: float | None
     reached: bool
     stop_reason: str
+    return_source: str = "train"  # "eval": the greedy evaluation actor's episodes
+    reached_after_s: float | None = None  # seconds into run() when the target was reached
+    reached_at_unix: float | None = None  # wall clock then (zrl run measures from its own start)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -113,10 +116,21 @@ class Learner:
         self.train_seconds_before = 0.0  # from a resumed checkpoint
         self.returns: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
         self.lengths: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
+        self.eval_returns: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
+        self.eval_episodes = 0
+        # Which returns decide --stop-at-return and the summary: a greedy evaluation
+        # actor's when the config has one (exploring actors of value-based methods
+        # cannot reach the target on their own episodes), else the actors' own.
+        self.return_source = "eval" if config.run.eval_actor else "train"
         self.rejected: collections.Counter[str] = collections.Counter()
         self.senders: dict[int, float] = {}
         self.custom: dict[str, float] = {}
-        self.lags: list[int] = []
+        self.lag_sum = 0.0
+        self.lag_n = 0
+        self.lag_max = 0
+        self.reached_mean: float | None = None
+        self.reached_at: float | None = None
+        self.reached_unix: float | None = None
 
         self.model: torch.nn.Module | None = None
         self.algo: algorithms.Algorithm | None = None
@@ -190,6 +204,7 @@ class Learner:
             self.updates, self.env_steps, self.episodes = int(c["updates"]), int(c["env_steps"]), int(c["episodes"])
             self.train_seconds_before = float(c.get("train_seconds", 0.0))
             self.returns.extend(c.get("recent_returns", []))
+            self.eval_returns.extend(c.get("recent_eval_returns", []))
             self._say(f"resumed from {self._resume_path} at update {self.updates}, env step {self.env_steps}")
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
@@ -360,12 +375,16 @@ class Learner:
                 raise wire.WireError(wire.Reason.BAD_VALUE, f"stats array {name!r} has non-finite values")
             arrays[name] = a
         rets, lens = arrays.pop("episode_return", None), arrays.pop("episode_length", None)
+        eval_rets, _ = arrays.pop("eval_return", None), arrays.pop("eval_length", None)
         with self._lock:
             if rets is not None:
                 self.returns.extend(rets.tolist())
                 self.episodes += len(rets)
             if lens is not None:
                 self.lengths.extend(lens.tolist())
+            if eval_rets is not None:
+                self.eval_returns.extend(eval_rets.tolist())
+                self.eval_episodes += len(eval_rets)
             for name, a in arrays.items():
                 if a.size and (name in self.custom or len(self.custom) < STATS_MAX_CUSTOM):
                     self.custom[name] = float(a[-1])
@@ -376,16 +395,32 @@ class Learner:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _target_returns(self) -> collections.deque:
+        return self.eval_returns if self.return_source == "eval" else self.returns
+
     def mean_return(self) -> float | None:
         with self._lock:
-            return float(np.mean(self.returns)) if self.returns else None
+            r = self._target_returns()
+            return float(np.mean(r)) if r else None
 
     def _target_reached(self) -> bool:
+        """True once the mean of the last return_window episodes reaches the target; the
+        mean that did it is kept (`reached_mean`), since episodes keep arriving afterwards."""
         if self.stop_at_return is None:
             return False
+        if self.reached_mean is not None:
+            return True
         with self._lock:
             window = self.config.run.return_window
-            return len(self.returns) >= window and float(np.mean(self.returns)) >= self.stop_at_return
+            returns = self._target_returns()
+            if len(returns) >= window:
+                mean = float(np.mean(returns))
+                if mean >= self.stop_at_return:
+                    self.reached_mean = mean
+                    self.reached_at = time.perf_counter()
+                    self.reached_unix = time.time()
+                    return True
+        return False
 
     def _next_batch(self, deadline_check) -> list[tuple[wire.Message, dict]] | None:
         B = self.config.learner.batch_size
@@ -424,8 +459,12 @@ class Learner:
             while not self._ready.wait(0.05):
                 if self._stop.is_set() or time_up():
                     stop_reason = "time limit" if time_up() else "stopped"
-                    return self._finish(metrics, t_start, stop_reason)
-            stop_reason = self._train(metrics, t_start, time_up)
+                    break
+            else:
+                stop_reason = self._train(metrics, t_start, time_up)
+            # Stop receiving first, so the counters in the final checkpoint and the result agree.
+            self._stop.set()
+            self._receiver.join(timeout=5)
             return self._finish(metrics, t_start, stop_reason)
         finally:
             metrics.close()
@@ -478,8 +517,11 @@ class Learner:
             algo.after_update(model, batch, stats)
             with self._lock:
                 self.updates += 1
-                if lag_versions is not None:
-                    self.lags.extend(self.updates - 1 - int(v) for v in lag_versions)
+                if lag_versions is not None and len(lag_versions):
+                    lag = (self.updates - 1) - np.asarray(lag_versions, dtype=np.int64)
+                    self.lag_sum += float(lag.sum())
+                    self.lag_n += len(lag)
+                    self.lag_max = max(self.lag_max, int(lag.max()))
             samples += _batch_samples(batch)
             if self.updates % lc.publish_interval == 0:
                 self._publish()
@@ -512,12 +554,16 @@ class Learner:
         with self._lock:
             env_steps, updates = self.env_steps, self.updates
             rejected = dict(self.rejected)
-            lags, self.lags = self.lags, []
+            lag_mean = self.lag_sum / self.lag_n if self.lag_n else None
+            lag_max = self.lag_max if self.lag_n else None
+            self.lag_sum, self.lag_n, self.lag_max = 0.0, 0, 0
             now = time.monotonic()
             connected = sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
             mean_ret = float(np.mean(self.returns)) if self.returns else None
             mean_len = float(np.mean(self.lengths)) if self.lengths else None
             n_ret = len(self.returns)
+            eval_ret = float(np.mean(self.eval_returns)) if self.eval_returns else None
+            n_eval = len(self.eval_returns)
             episodes = self.episodes
             custom = dict(self.custom)
         fps = env_rate.read(env_steps)
@@ -530,9 +576,10 @@ class Learner:
                 "perf/wait_for_data_frac": wait_frac,
                 "perf/queue_depth": self.queue.qsize(),
                 "actors/connected": connected,
-                "policy_lag/mean": float(np.mean(lags)) if lags else None,
-                "policy_lag/max": float(np.max(lags)) if lags else None,
+                "policy_lag/mean": lag_mean,
+                "policy_lag/max": lag_max,
                 "episode/return": mean_ret,
+                "eval/return": eval_ret,
                 "episode/length": mean_len,
                 "episode/count": episodes,
                 "updates": updates,
@@ -542,7 +589,9 @@ class Learner:
         scalars.update({f"custom/{k}": v for k, v in custom.items()})
         metrics.scalars(scalars, env_steps)
         ret = f"{mean_ret:.1f} ({n_ret} eps)" if mean_ret is not None else "-"
-        lag = f"{np.mean(lags):.1f}/{np.max(lags)}" if lags else "-"
+        if self.return_source == "eval":
+            ret += f"  eval {eval_ret:.1f} ({n_eval} eps)" if eval_ret is not None else "  eval -"
+        lag = f"{lag_mean:.1f}/{lag_max}" if lag_mean is not None else "-"
         rej = sum(rejected.values())
         metrics.line(
             f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} fps  updates {updates:,}  return {ret}  "
@@ -560,6 +609,7 @@ class Learner:
                 "episodes": self.episodes,
                 "train_seconds": self.train_seconds_before + elapsed,
                 "recent_returns": list(self.returns),
+                "recent_eval_returns": list(self.eval_returns),
             }
         state = {
             "model_hash": self.config.model_hash(obs, act),
@@ -579,8 +629,8 @@ class Learner:
         if self.model is not None and self.ckdir is not None:
             path = self.save_checkpoint(elapsed)
             self._say(f"checkpoint {path}")
-        mean = self.mean_return()
-        reached = self.stop_at_return is not None and self._target_reached()
+        reached = self._target_reached()
+        mean = self.reached_mean if reached else self.mean_return()
         result = LearnerResult(
             env_steps=self.env_steps,
             updates=self.updates,
@@ -589,6 +639,9 @@ class Learner:
             final_mean_return=mean,
             reached=reached,
             stop_reason=stop_reason,
+            return_source=self.return_source,
+            reached_after_s=self.reached_at - t_start if self.reached_at is not None else None,
+            reached_at_unix=self.reached_unix,
         )
         if self.logdir is not None:
             self.logdir.mkdir(parents=True, exist_ok=True)

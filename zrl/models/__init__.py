@@ -16,7 +16,7 @@ from torch import nn
 from zrl import spaces
 from zrl.config import ModelConfig
 
-__all__ = ["PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "build_actor_critic", "mlp", "preprocess"]
+__all__ = ["PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "QNetwork", "build_actor_critic", "mlp", "preprocess"]
 
 
 def _act(name: str) -> type[nn.Module]:
@@ -161,3 +161,27 @@ class ActorCritic(nn.Module):
 
 def build_actor_critic(cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec) -> ActorCritic:
     return ActorCritic(cfg, obs_spec, action_spec)
+
+
+class QNetwork(nn.Module):
+    """Observation -> Q(s, .) [N, n_actions], with an optional dueling head."""
+
+    def __init__(self, cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec, dueling: bool = True):
+        super().__init__()
+        if not isinstance(action_spec, spaces.DiscreteSpec):
+            raise ValueError(f"Q-learning needs discrete actions, got {action_spec}")
+        if not isinstance(obs_spec, spaces.BoxSpec):
+            raise ValueError(f"observations must be a box, got {obs_spec}")
+        self.obs_dim = math.prod(obs_spec.shape)
+        out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
+        self.torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+        self.dueling = dueling
+        self.advantage = nn.Linear(out, action_spec.n)
+        self.value = nn.Linear(out, 1) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        h = self.torso(preprocess(obs).reshape(obs.shape[0], self.obs_dim))
+        adv = self.advantage(h)
+        if not self.dueling:
+            return adv
+        return self.value(h) + adv - adv.mean(-1, keepdim=True)

@@ -15,6 +15,7 @@ from zrl.learner.algorithms.base import Algorithm, ActorAlgo
 # algo.name -> module defining ALGORITHM (an Algorithm subclass)
 _MODULES = {
     "impala": "zrl.learner.algorithms.impala",
+    "apex_dqn": "zrl.learner.algorithms.apex_dqn",
 }
 
 

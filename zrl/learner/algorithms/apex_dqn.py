@@ -1,0 +1,301 @@
+"""Ape-X DQN (Horgan et al. 2018): distributed prioritised experience replay.
+
+Actors act epsilon-greedily with their copy of the Q-network (actor i of N
+uses eps_i = eps_base ** (1 + eps_alpha * i / (N - 1))), compute n-step
+transitions themselves, and send them with initial priorities: |TD error|
+under the actor's own network, as in the paper, so the learner never has to
+score new data before it can be sampled. A truncated episode's transitions
+bootstrap from its final observation; a terminated one's do not.
+
+The learner adds what arrives to a C++ prioritised replay from its receiver
+thread (the GIL is released there, so this overlaps with training), samples
+batches with importance weights, minimises the weighted Huber loss of double
+DQN targets from a target network synced every K updates, and writes the new
+|TD errors| back as priorities. Keys of items overwritten in the meantime are
+ignored by the replay (its slots carry generations).
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from zrl import spaces, wire
+from zrl.config import ApexDQNConfig, Config
+from zrl.envs import Step
+from zrl.learner.algorithms.base import ActorAlgo, Algorithm, Sender
+from zrl.models import QNetwork
+from zrl.replay import PrioritizedReplay
+
+FIELDS = ("obs", "action", "reward", "discount", "next_obs")
+
+
+def actor_epsilon(hp: ApexDQNConfig, index: int, num_actors: int) -> float:
+    if num_actors <= 1:
+        return hp.eps_base
+    return hp.eps_base ** (1.0 + hp.eps_alpha * index / (num_actors - 1))
+
+
+class ApexActor(ActorAlgo):
+    """Epsilon-greedy acting and n-step transitions for K envs at once.
+
+    The last n steps of every env sit in ring buffers indexed by step; when
+    an env has n pending steps its oldest becomes a transition bootstrapped
+    from the current observation, and when its episode ends all pending
+    steps are flushed (discount 0 if terminated, gamma^m towards the final
+    observation if truncated).
+    """
+
+    def __init__(self, model: QNetwork, algo: "ApexDQN", num_envs: int, epsilon: float, seed: int, sender: Sender):
+        self.model = model
+        self.hp = algo.hp
+        self.sender = sender
+        self.K = num_envs
+        self.n = self.hp.n_step
+        self.epsilon = epsilon
+        self.n_actions = algo.action_spec.n
+        self.rng = np.random.default_rng(seed)
+        self.every = algo.config.actor.unroll_length  # send after this many steps
+        obs_shape, obs_dtype = tuple(algo.obs_spec.shape), np.dtype(algo.obs_spec.dtype)
+        n, K = self.n, self.K
+        self.obs_h = np.zeros((n, K, *obs_shape), obs_dtype)
+        self.act_h = np.zeros((n, K), np.int64)
+        self.rew_h = np.zeros((n, K), np.float32)
+        self.qsa_h = np.zeros((n, K), np.float32)
+        self.pending = np.zeros(K, np.int64)
+        self.t = 0
+        self.steps_since_send = 0
+        self.out: dict[str, list[np.ndarray]] = {k: [] for k in (*FIELDS, "q_sa")}
+        self.powers = self.hp.discount ** np.arange(n + 1, dtype=np.float64)
+        self._obs = None
+        self._q = None
+
+    def begin(self, obs: np.ndarray) -> None:
+        self._obs = obs
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            q = self.model(torch.from_numpy(obs)).numpy()
+        actions = q.argmax(1)
+        explore = self.rng.random(self.K) < self.epsilon
+        if explore.any():
+            actions[explore] = self.rng.integers(0, self.n_actions, int(explore.sum()))
+        self._obs, self._q = obs, q
+        self._actions = actions
+        return actions
+
+    def _emit(self, obs, action, reward, discount, next_obs, q_sa) -> None:
+        for k, v in zip((*FIELDS, "q_sa"), (obs, action, reward, discount, next_obs, q_sa)):
+            self.out[k].append(v)
+
+    def observe(self, step: Step) -> list:
+        n, K, t = self.n, self.K, self.t
+        slot = t % n
+        ks = np.arange(K)
+        self.obs_h[slot] = self._obs
+        self.act_h[slot] = self._actions
+        self.rew_h[slot] = step.reward
+        self.qsa_h[slot] = self._q[ks, self._actions]
+        self.pending = np.minimum(self.pending + 1, n)
+        done = step.terminated | step.truncated
+        full = (self.pending == n) & ~done
+        if full.any():
+            # The oldest pending step of these envs becomes an n-step transition to obs_{t+1}.
+            ring = [(slot + 1 + i) % n for i in range(n)]  # oldest .. newest
+            cols = np.flatnonzero(full)
+            ret = sum(self.powers[i] * self.rew_h[ring[i], cols] for i in range(n))
+            self._emit(
+                self.obs_h[ring[0], cols].copy(),
+                self.act_h[ring[0], cols].copy(),
+                ret.astype(np.float32),
+                np.full(len(cols), self.powers[n], np.float32),
+                step.obs[cols].copy(),
+                self.qsa_h[ring[0], cols].copy(),
+            )
+            self.pending[cols] = n - 1
+        for k in np.flatnonzero(done):
+            self._flush_episode(int(k), slot, step)
+        self.t += 1
+        self.steps_since_send += 1
+        if self.steps_since_send >= self.every or sum(len(a) for a in self.out["action"]) >= self.hp.max_transitions_per_message:
+            self.steps_since_send = 0
+            return self._message()
+        return []
+
+    def _flush_episode(self, k: int, slot: int, step: Step) -> None:
+        m = int(self.pending[k])
+        n = self.n
+        idx = [(slot - m + 1 + j) % n for j in range(m)]  # the env's pending steps, oldest first
+        truncated = bool(step.truncated[k])
+        final = step.final_obs.get(k) if truncated else None
+        for j in range(m):
+            ret = sum(self.powers[i - j] * self.rew_h[idx[i], k] for i in range(j, m))
+            steps_left = m - j
+            discount = self.powers[steps_left] if truncated else 0.0
+            next_obs = final if truncated else self.obs_h[idx[j], k]  # unused when discount is 0
+            self._emit(
+                self.obs_h[idx[j], k][None].copy(),
+                np.array([self.act_h[idx[j], k]]),
+                np.array([ret], np.float32),
+                np.array([discount], np.float32),
+                np.asarray(next_obs)[None].copy(),
+                np.array([self.qsa_h[idx[j], k]], np.float32),
+            )
+        self.pending[k] = 0
+
+    def _message(self) -> list:
+        if not self.out["action"]:
+            return []
+        arrays = {k: np.concatenate(v) for k, v in self.out.items()}
+        self.out = {k: [] for k in self.out}
+        # Initial priorities: |R + discount * max_a Q(s', a) - Q(s, a)| under this actor's net.
+        with torch.inference_mode():
+            q_next = self.model(torch.from_numpy(arrays["next_obs"])).max(1).values.numpy()
+        td = arrays["reward"] + arrays["discount"] * q_next - arrays.pop("q_sa")
+        arrays["priority"] = (np.abs(td) + self.hp.priority_eps).astype(np.float32)
+        return [self.sender.encode(wire.Kind.TRAJECTORY, arrays, self.policy_version)]
+
+
+class ApexDQN(Algorithm):
+    name = "apex_dqn"
+    uses_replay = True
+
+    def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
+        super().__init__(config, obs_spec, action_spec)
+        if not isinstance(config.algo, ApexDQNConfig):
+            raise ValueError("ApexDQN needs an ApexDQNConfig in config.algo")
+        if not isinstance(action_spec, spaces.DiscreteSpec):
+            raise ValueError(f"apex_dqn needs discrete actions, got {action_spec.to_json()}")
+        self.hp: ApexDQNConfig = config.algo
+        self.replay: PrioritizedReplay | None = None  # learner side only, made on first use
+        self.target: QNetwork | None = None
+        self._pending_target_state = None
+        self._pending_replay_state = None
+        self._keys: np.ndarray | None = None
+        self._updates = 0
+
+    def build_model(self) -> QNetwork:
+        return QNetwork(self.config.model, self.obs_spec, self.action_spec, dueling=self.hp.dueling)
+
+    def trajectory_schema(self, max_columns: int) -> wire.Schema:
+        obs_shape, obs_dtype = tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype)
+        F = wire.Field
+        return wire.Schema(
+            [
+                F("obs", obs_dtype, ("N", *obs_shape)),
+                F("action", np.int64, ("N",)),
+                F("reward", np.float32, ("N",)),
+                F("discount", np.float32, ("N",)),
+                F("next_obs", obs_dtype, ("N", *obs_shape)),
+                F("priority", np.float32, ("N",)),
+            ],
+            bounds={"N": (1, self.hp.max_transitions_per_message + self.hp.n_step * max(1, self.config.actor.num_envs))},
+        )
+
+    def make_actor(self, model, *, num_envs, actor_index, num_actors, seed, sender) -> ApexActor:
+        eps = actor_epsilon(self.hp, actor_index, num_actors)
+        return ApexActor(model, self, num_envs, eps, seed, sender)
+
+    def act_eval(self, model: QNetwork, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
+        q = model(obs)
+        if greedy:
+            return q.argmax(1)
+        explore = torch.rand(q.shape[0]) < 0.001  # the paper's evaluation epsilon
+        return torch.where(explore, torch.randint(0, q.shape[1], (q.shape[0],)), q.argmax(1))
+
+    # -- learner: replay
+    def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
+        return bindings["N"]
+
+    def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
+        a = msg.arrays
+        if a["action"].min() < 0 or a["action"].max() >= self.action_spec.n:
+            raise wire.WireError(wire.Reason.BAD_VALUE, f"action outside [0, {self.action_spec.n})")
+        p = a["priority"]
+        if not (np.all(np.isfinite(p)) and p.min() > 0):
+            raise wire.WireError(wire.Reason.BAD_VALUE, "priorities must be finite and > 0")
+        d = a["discount"]
+        if not (np.all(np.isfinite(d)) and d.min() >= 0 and d.max() <= 1) or not np.all(np.isfinite(a["reward"])):
+            raise wire.WireError(wire.Reason.BAD_VALUE, "discounts must be in [0, 1] and rewards finite")
+
+    def _ensure_replay(self) -> PrioritizedReplay:
+        if self.replay is None:
+            obs = (tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype))
+            fields = {
+                "obs": obs,
+                "action": ((), np.int64),
+                "reward": ((), np.float32),
+                "discount": ((), np.float32),
+                "next_obs": obs,
+                "version": ((), np.int64),
+            }
+            self.replay = PrioritizedReplay(self.hp.replay_capacity, fields, alpha=self.hp.priority_alpha, seed=self.config.run.seed)
+            if self._pending_replay_state is not None:
+                self.replay.load_state_dict(self._pending_replay_state)
+                self._pending_replay_state = None
+        return self.replay
+
+    def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:
+        a = msg.arrays
+        batch = {k: a[k] for k in FIELDS}
+        batch["version"] = np.full(bindings["N"], msg.policy_version, np.int64)
+        self._ensure_replay().add(batch, a["priority"])
+
+    def sample(self, device: torch.device):
+        replay = self._ensure_replay()
+        if len(replay) < self.hp.min_replay_size:
+            return None
+        keys, weights, batch = replay.sample(self.hp.batch_size, self.hp.priority_beta)
+        self._keys = keys
+        out = {k: torch.from_numpy(v) for k, v in batch.items() if k != "version"}
+        out["weights"] = torch.from_numpy(weights)
+        if device.type != "cpu":
+            out = {k: v.pin_memory().to(device, non_blocking=True) for k, v in out.items()}
+        out["_policy_version"] = batch["version"]
+        return out
+
+    def loss(self, model: QNetwork, batch: dict[str, torch.Tensor]):
+        if self.target is None:
+            self.target = copy.deepcopy(model)
+            if self._pending_target_state is not None:
+                self.target.load_state_dict(self._pending_target_state)
+                self._pending_target_state = None
+            self.target.requires_grad_(False)
+        q = model(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            if self.hp.double_q:
+                a_star = model(batch["next_obs"]).argmax(1, keepdim=True)
+                q_next = self.target(batch["next_obs"]).gather(1, a_star).squeeze(1)
+            else:
+                q_next = self.target(batch["next_obs"]).max(1).values
+            target = batch["reward"] + batch["discount"] * q_next
+        td = target - q
+        loss = (batch["weights"] * torch.nn.functional.huber_loss(q, target, reduction="none", delta=self.hp.huber_delta)).mean()
+        self._td = td.detach()
+        return loss, {"loss/td": loss.detach(), "q/mean": q.detach().mean(), "q/td_abs": td.detach().abs().mean()}
+
+    def after_update(self, model, batch, info) -> None:
+        prio = (self._td.abs() + self.hp.priority_eps).to("cpu").numpy()
+        self.replay.update_priorities(self._keys, prio)
+        self._updates += 1
+        if self._updates % self.hp.target_update_interval == 0:
+            self.target.load_state_dict(model.state_dict())
+
+    def state_dict(self) -> dict:
+        state = {"updates": self._updates}
+        if self.target is not None:
+            state["target"] = self.target.state_dict()
+        if self.hp.replay_checkpoint and self.replay is not None:
+            state["replay"] = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.replay.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self._updates = int(state.get("updates", 0))
+        if "target" in state:
+            self._pending_target_state = state["target"]
+        if "replay" in state:
+            self._pending_replay_state = {k: v.numpy() for k, v in state["replay"].items()}
+
+
+ALGORITHM = ApexDQN
