@@ -4,10 +4,15 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "replay/replay.h"
 #include "vtrace.h"
 
 namespace py = pybind11;
@@ -78,6 +83,486 @@ py::tuple vtrace(const py::handle& log_rhos_obj, const py::handle& discounts_obj
   return py::make_tuple(std::move(vs), std::move(pg));
 }
 
+// ---------------------------------------------------------------------------
+// Replay (csrc/replay/): zrl.replay.PrioritizedReplay / UniformReplay wrap
+// these. Arrays are checked and made contiguous here with the GIL held; the
+// C++ call then runs with the GIL released (it takes the buffer's own mutex
+// and never calls back into Python, so the two locks cannot deadlock).
+
+py::dtype numpy_dtype(zrl::DType dtype) {
+  switch (dtype) {
+    case zrl::DType::kFloat32:
+      return py::dtype::of<float>();
+    case zrl::DType::kUInt8:
+      return py::dtype::of<uint8_t>();
+    case zrl::DType::kInt64:
+      return py::dtype::of<int64_t>();
+    case zrl::DType::kBool:
+      return py::dtype::of<bool>();
+  }
+  throw std::logic_error("unknown dtype");
+}
+
+// Equal kind and size in native byte order; a swapped-order array is refused
+// rather than stored as garbage.
+bool is_dtype(const py::dtype& got, const py::dtype& want) {
+  const char order = got.byteorder();
+  return got.kind() == want.kind() && got.itemsize() == want.itemsize() &&
+         (order == '=' || order == '|' || order == want.byteorder());
+}
+
+std::string shape_str(const std::vector<py::ssize_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + (shape[i] < 0 ? std::string("N") : std::to_string(shape[i]));
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string array_shape_str(const py::array& a) {
+  return shape_str(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+}
+
+std::string type_name(const py::handle& obj) {
+  return std::string(py::str(py::type::of(obj).attr("__name__")));
+}
+
+// [(name, shape tuple, dtype name)] as normalised by zrl.replay.
+std::vector<zrl::FieldSpec> field_specs(const py::handle& fields) {
+  std::vector<zrl::FieldSpec> specs;
+  for (const py::handle& item : py::iter(fields)) {
+    auto t = py::reinterpret_borrow<py::tuple>(item);
+    if (t.size() != 3) throw py::value_error("fields: expected (name, shape, dtype) triples");
+    zrl::FieldSpec spec;
+    spec.name = t[0].cast<std::string>();
+    for (const py::handle& d : t[1]) spec.shape.push_back(d.cast<int64_t>());
+    spec.dtype = zrl::dtype_from_name(t[2].cast<std::string>());
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+std::vector<py::ssize_t> leading(py::ssize_t n, const zrl::FieldSpec& spec) {
+  std::vector<py::ssize_t> shape{n};
+  shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+  return shape;
+}
+
+// The arrays of an `add` batch, checked against the fields and kept alive
+// (contiguous copies where needed) while the GIL is released.
+struct BatchColumns {
+  std::vector<py::array> arrays;
+  std::vector<const void*> data;
+  std::size_t rows = 0;
+};
+
+BatchColumns batch_columns(const py::handle& batch_obj, const std::vector<zrl::FieldSpec>& fields) {
+  if (!py::isinstance<py::dict>(batch_obj))
+    throw py::value_error("batch: expected a dict of numpy arrays, got " + type_name(batch_obj));
+  auto batch = py::reinterpret_borrow<py::dict>(batch_obj);
+  for (const auto& kv : batch) {
+    const std::string key = py::str(kv.first);
+    bool known = false;
+    for (const auto& f : fields) known = known || f.name == key;
+    if (!known) throw py::value_error("batch: unexpected field '" + key + "'");
+  }
+  BatchColumns cols;
+  for (const auto& f : fields) {
+    const std::string name = "batch['" + f.name + "']";
+    if (!batch.contains(f.name)) throw py::value_error("batch: missing field '" + f.name + "'");
+    py::object obj = batch[py::str(f.name)];
+    if (!py::isinstance<py::array>(obj))
+      throw py::value_error(name + ": expected a numpy array, got " + type_name(obj));
+    auto arr = py::reinterpret_borrow<py::array>(obj);
+    const py::dtype want = numpy_dtype(f.dtype);
+    if (!is_dtype(arr.dtype(), want))
+      throw py::value_error(name + ": expected dtype " + zrl::dtype_name(f.dtype) + ", got " +
+                            std::string(py::str(arr.dtype())));
+    bool shape_ok = arr.ndim() == py::ssize_t(f.shape.size()) + 1;
+    for (std::size_t d = 0; shape_ok && d < f.shape.size(); ++d)
+      shape_ok = arr.shape(d + 1) == f.shape[d];
+    if (!shape_ok)
+      throw py::value_error(name + ": expected shape " + shape_str(leading(-1, f)) + ", got " +
+                            array_shape_str(arr));
+    if (cols.arrays.empty()) {
+      cols.rows = static_cast<std::size_t>(arr.shape(0));
+    } else if (static_cast<std::size_t>(arr.shape(0)) != cols.rows) {
+      throw py::value_error(name + ": has " + std::to_string(arr.shape(0)) + " rows but batch['" +
+                            fields[0].name + "'] has " + std::to_string(cols.rows));
+    }
+    arr = py::array::ensure(arr, py::array::c_style);
+    cols.data.push_back(arr.data());
+    cols.arrays.push_back(std::move(arr));
+  }
+  return cols;
+}
+
+// A 1-D array of `n` numbers as float64 (any real dtype is converted).
+py::array_t<double, py::array::c_style> as_float64_vector(const py::handle& obj, const char* name,
+                                                          std::size_t n) {
+  py::array arr = py::array::ensure(obj);
+  if (!arr ||
+      (arr.dtype().kind() != 'f' && arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u')) {
+    PyErr_Clear();
+    throw py::value_error(std::string(name) + ": expected an array of real numbers");
+  }
+  if (arr.ndim() != 1 || static_cast<std::size_t>(arr.shape(0)) != n)
+    throw py::value_error(std::string(name) + ": expected shape (" + std::to_string(n) +
+                          ",), got " + array_shape_str(arr));
+  return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(arr);
+}
+
+py::array_t<int64_t, py::array::c_style> as_keys(const py::handle& obj) {
+  py::array arr = py::array::ensure(obj);
+  if (!arr || (arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u')) {
+    PyErr_Clear();
+    throw py::value_error("keys: expected an array of integer keys as returned by sample");
+  }
+  if (arr.ndim() != 1)
+    throw py::value_error("keys: expected shape (N,), got " + array_shape_str(arr));
+  return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+}
+
+std::size_t positive_batch_size(py::ssize_t batch_size) {
+  if (batch_size <= 0)
+    throw py::value_error("batch_size: must be positive, got " + std::to_string(batch_size));
+  return static_cast<std::size_t>(batch_size);
+}
+
+// Freshly allocated [n, *shape] arrays for every field, and their pointers:
+// views into one new block, each field 64-byte aligned. One allocation
+// instead of one per field; and a block of 4 MB or more is one numpy puts on
+// huge pages, so a batch of Atari frames costs a few page faults, not
+// thousands (faulting in fresh output pages was most of such a sample).
+py::dict new_batch(const std::vector<zrl::FieldSpec>& fields, std::size_t n,
+                   std::vector<void*>& data) {
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
+  for (const auto& f : fields) {
+    offsets.push_back(total);
+    total += (n * f.item_bytes() + 63) / 64 * 64;
+  }
+  py::array_t<uint8_t> block(static_cast<py::ssize_t>(total + 64));
+  uint8_t* base = block.mutable_data();
+  base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
+  py::dict batch;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    py::array a(numpy_dtype(f.dtype), leading(py::ssize_t(n), f), {}, base + offsets[i], block);
+    data.push_back(base + offsets[i]);
+    batch[py::str(f.name)] = std::move(a);
+  }
+  return batch;
+}
+
+// A std::vector handed to numpy without a copy: the array owns it.
+template <typename T>
+py::array adopt(std::vector<T>&& v, const py::dtype& dtype, std::vector<py::ssize_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  py::capsule owner(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array(dtype, std::move(shape), {}, owned->data(), owner);
+}
+
+template <typename T>
+py::array scalar_array(T value) {
+  py::array_t<T> a(std::vector<py::ssize_t>{});
+  *a.mutable_data() = value;
+  return std::move(a);
+}
+
+// State dicts: flat {name: numpy array}, fields under "field/NAME".
+constexpr int64_t kStateFormat = 1;
+
+void put_storage_state(py::dict& d, zrl::StorageState&& st,
+                       const std::vector<zrl::FieldSpec>& fields) {
+  d["size"] = scalar_array<int64_t>(int64_t(st.size));
+  d["cursor"] = scalar_array<int64_t>(int64_t(st.cursor));
+  d["generations"] =
+      adopt(std::move(st.generations), py::dtype::of<int64_t>(), {py::ssize_t(st.size)});
+  for (std::size_t f = 0; f < fields.size(); ++f)
+    d[py::str("field/" + fields[f].name)] =
+        adopt(std::move(st.columns[f]), numpy_dtype(fields[f].dtype),
+              leading(py::ssize_t(st.size), fields[f]));
+}
+
+py::array rng_array(const zrl::Xoshiro256pp::State& s) {
+  return adopt(std::vector<uint64_t>(s.begin(), s.end()), py::dtype::of<uint64_t>(), {4});
+}
+
+// Reads a state dict back, checking names, dtypes and shapes; the arrays it
+// borrows stay alive in `keep` while the GIL is released.
+class StateReader {
+ public:
+  StateReader(const py::handle& obj, std::vector<std::string> expected) {
+    if (!py::isinstance<py::dict>(obj))
+      throw py::value_error("state: expected a dict of numpy arrays, got " + type_name(obj));
+    d_ = py::reinterpret_borrow<py::dict>(obj);
+    for (const auto& name : expected)
+      if (!d_.contains(name)) throw py::value_error("state: missing '" + name + "'");
+    for (const auto& kv : d_) {
+      const std::string key = py::str(kv.first);
+      if (std::find(expected.begin(), expected.end(), key) == expected.end())
+        throw py::value_error("state: unexpected '" + key + "'");
+    }
+  }
+
+  py::array array(const std::string& name, const py::dtype& dtype,
+                  const std::vector<py::ssize_t>& shape) {
+    py::object obj = d_[py::str(name)];
+    if (!py::isinstance<py::array>(obj))
+      throw py::value_error("state['" + name + "']: expected a numpy array, got " + type_name(obj));
+    auto arr = py::reinterpret_borrow<py::array>(obj);
+    if (!is_dtype(arr.dtype(), dtype))
+      throw py::value_error("state['" + name + "']: expected dtype " + std::string(py::str(dtype)) +
+                            ", got " + std::string(py::str(arr.dtype())));
+    if (std::vector<py::ssize_t>(arr.shape(), arr.shape() + arr.ndim()) != shape)
+      throw py::value_error("state['" + name + "']: expected shape " + shape_str(shape) + ", got " +
+                            array_shape_str(arr));
+    arr = py::array::ensure(arr, py::array::c_style);
+    keep_.push_back(arr);
+    return arr;
+  }
+
+  int64_t int64(const std::string& name) {
+    return *static_cast<const int64_t*>(array(name, py::dtype::of<int64_t>(), {}).data());
+  }
+  double float64(const std::string& name) {
+    return *static_cast<const double*>(array(name, py::dtype::of<double>(), {}).data());
+  }
+  std::size_t non_negative(const std::string& name) {
+    const int64_t v = int64(name);
+    if (v < 0) throw py::value_error("state['" + name + "']: must be >= 0");
+    return static_cast<std::size_t>(v);
+  }
+  zrl::Xoshiro256pp::State rng_state() {
+    const auto* p =
+        static_cast<const uint64_t*>(array("rng_state", py::dtype::of<uint64_t>(), {4}).data());
+    return {p[0], p[1], p[2], p[3]};
+  }
+  void check_format() {
+    if (int64("format_version") != kStateFormat)
+      throw py::value_error("state['format_version']: expected " + std::to_string(kStateFormat));
+  }
+
+  zrl::StorageStateView storage(const std::vector<zrl::FieldSpec>& fields, std::size_t capacity) {
+    zrl::StorageStateView view;
+    view.size = non_negative("size");
+    if (view.size > capacity)  // before the arrays' shapes are checked against it
+      throw py::value_error("state['size']: " + std::to_string(view.size) +
+                            " exceeds the capacity " + std::to_string(capacity));
+    view.cursor = non_negative("cursor");
+    view.generations = static_cast<const int64_t*>(
+        array("generations", py::dtype::of<int64_t>(), {py::ssize_t(view.size)}).data());
+    for (const auto& f : fields)
+      view.columns.push_back(
+          array("field/" + f.name, numpy_dtype(f.dtype), leading(py::ssize_t(view.size), f))
+              .data());
+    return view;
+  }
+
+ private:
+  py::dict d_;
+  std::vector<py::array> keep_;
+};
+
+std::vector<std::string> storage_state_names(const std::vector<zrl::FieldSpec>& fields,
+                                             std::vector<std::string> names) {
+  for (const char* n : {"format_version", "capacity", "size", "cursor", "generations", "rng_state"})
+    names.push_back(n);
+  for (const auto& f : fields) names.push_back("field/" + f.name);
+  return names;
+}
+
+py::list fields_list(const std::vector<zrl::FieldSpec>& fields) {
+  py::list out;
+  for (const auto& f : fields) {
+    py::tuple shape(f.shape.size());
+    for (std::size_t d = 0; d < f.shape.size(); ++d) shape[d] = f.shape[d];
+    out.append(py::make_tuple(f.name, shape, zrl::dtype_name(f.dtype)));
+  }
+  return out;
+}
+
+using zrl::PrioritizedReplay;
+using zrl::UniformReplay;
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+void bind_replay(py::module_& m) {
+  py::class_<PrioritizedReplay>(m, "PrioritizedReplay",
+                                "Prioritised replay over C++ column storage (see zrl.replay).")
+      .def(
+          py::init([](py::ssize_t capacity, const py::handle& fields, double alpha, uint64_t seed) {
+            if (capacity <= 0) throw py::value_error("capacity: must be positive");
+            auto specs = field_specs(fields);
+            py::gil_scoped_release release;
+            return std::make_unique<PrioritizedReplay>(std::size_t(capacity), std::move(specs),
+                                                       alpha, seed);
+          }),
+          py::arg("capacity"), py::arg("fields"), py::arg("alpha"), py::arg("seed"))
+      .def_property_readonly("capacity", &PrioritizedReplay::capacity)
+      .def_property_readonly("alpha", &PrioritizedReplay::alpha)
+      .def_property_readonly(
+          "fields", [](const PrioritizedReplay& self) { return fields_list(self.fields()); })
+      .def("__len__", &PrioritizedReplay::size, release_gil())
+      .def_property_readonly("max_priority",
+                             py::cpp_function(&PrioritizedReplay::max_priority, release_gil()))
+      .def(
+          "add",
+          [](PrioritizedReplay& self, const py::handle& batch, const py::handle& priorities) {
+            BatchColumns cols = batch_columns(batch, self.fields());
+            py::array_t<double, py::array::c_style> p;
+            if (!priorities.is_none()) p = as_float64_vector(priorities, "priorities", cols.rows);
+            const double* pp = priorities.is_none() ? nullptr : p.data();
+            py::gil_scoped_release release;
+            self.add(cols.data.data(), cols.rows, pp);
+          },
+          py::arg("batch"), py::arg("priorities") = py::none())
+      .def(
+          "sample",
+          [](PrioritizedReplay& self, py::ssize_t batch_size, double beta) {
+            const std::size_t n = positive_batch_size(batch_size);
+            py::array_t<int64_t> keys(n);
+            py::array_t<float> weights(n);
+            std::vector<void*> data;
+            py::dict batch = new_batch(self.fields(), n, data);
+            {
+              py::gil_scoped_release release;
+              self.sample(n, beta, keys.mutable_data(), weights.mutable_data(), data.data());
+            }
+            return py::make_tuple(std::move(keys), std::move(weights), std::move(batch));
+          },
+          py::arg("batch_size"), py::arg("beta"))
+      .def(
+          "update_priorities",
+          [](PrioritizedReplay& self, const py::handle& keys_obj, const py::handle& priorities) {
+            auto keys = as_keys(keys_obj);
+            auto p = as_float64_vector(priorities, "priorities", std::size_t(keys.shape(0)));
+            py::gil_scoped_release release;
+            return self.update_priorities(keys.data(), p.data(), std::size_t(keys.shape(0)));
+          },
+          py::arg("keys"), py::arg("priorities"))
+      .def("state_dict",
+           [](const PrioritizedReplay& self) {
+             zrl::PrioritizedReplayState st;
+             {
+               py::gil_scoped_release release;
+               st = self.export_state();
+             }
+             py::dict d;
+             d["format_version"] = scalar_array<int64_t>(kStateFormat);
+             d["capacity"] = scalar_array<int64_t>(int64_t(st.capacity));
+             d["alpha"] = scalar_array<double>(st.alpha);
+             d["max_priority"] = scalar_array<double>(st.max_priority);
+             d["rng_state"] = rng_array(st.rng_state);
+             const py::ssize_t size = py::ssize_t(st.storage.size);
+             d["scaled_priorities"] =
+                 adopt(std::move(st.scaled_priorities), py::dtype::of<float>(), {size});
+             put_storage_state(d, std::move(st.storage), self.fields());
+             return d;
+           })
+      .def(
+          "load_state_dict",
+          [](PrioritizedReplay& self, const py::handle& state) {
+            StateReader r(state, storage_state_names(self.fields(), {"alpha", "max_priority",
+                                                                     "scaled_priorities"}));
+            r.check_format();
+            zrl::PrioritizedReplayStateView view;
+            view.capacity = r.non_negative("capacity");
+            view.alpha = r.float64("alpha");
+            view.max_priority = r.float64("max_priority");
+            view.rng_state = r.rng_state();
+            view.storage = r.storage(self.fields(), self.capacity());
+            view.scaled_priorities =
+                static_cast<const float*>(r.array("scaled_priorities", py::dtype::of<float>(),
+                                                  {py::ssize_t(view.storage.size)})
+                                              .data());
+            py::gil_scoped_release release;
+            self.import_state(view);
+          },
+          py::arg("state"))
+      .def("_tree_total", &PrioritizedReplay::tree_total, release_gil())
+      .def("_tree_min", &PrioritizedReplay::tree_min, release_gil())
+      .def("_scaled_priorities",
+           [](const PrioritizedReplay& self) {
+             std::vector<float> v;
+             {
+               py::gil_scoped_release release;
+               v = self.scaled_priorities();
+             }
+             const py::ssize_t n = py::ssize_t(v.size());
+             return adopt(std::move(v), py::dtype::of<float>(), {n});
+           })
+      .def("_check_invariants", [](const PrioritizedReplay& self) {
+        std::string why;
+        {
+          py::gil_scoped_release release;
+          if (self.check_invariants(&why)) why.clear();
+        }
+        return why;
+      });
+
+  py::class_<UniformReplay>(m, "UniformReplay",
+                            "Uniform replay over C++ column storage (see zrl.replay).")
+      .def(py::init([](py::ssize_t capacity, const py::handle& fields, uint64_t seed) {
+             if (capacity <= 0) throw py::value_error("capacity: must be positive");
+             auto specs = field_specs(fields);
+             py::gil_scoped_release release;
+             return std::make_unique<UniformReplay>(std::size_t(capacity), std::move(specs), seed);
+           }),
+           py::arg("capacity"), py::arg("fields"), py::arg("seed"))
+      .def_property_readonly("capacity", &UniformReplay::capacity)
+      .def_property_readonly("fields",
+                             [](const UniformReplay& self) { return fields_list(self.fields()); })
+      .def("__len__", &UniformReplay::size, release_gil())
+      .def(
+          "add",
+          [](UniformReplay& self, const py::handle& batch) {
+            BatchColumns cols = batch_columns(batch, self.fields());
+            py::gil_scoped_release release;
+            self.add(cols.data.data(), cols.rows);
+          },
+          py::arg("batch"))
+      .def(
+          "sample",
+          [](UniformReplay& self, py::ssize_t batch_size) {
+            const std::size_t n = positive_batch_size(batch_size);
+            std::vector<void*> data;
+            py::dict batch = new_batch(self.fields(), n, data);
+            {
+              py::gil_scoped_release release;
+              self.sample(n, data.data());
+            }
+            return batch;
+          },
+          py::arg("batch_size"))
+      .def("state_dict",
+           [](const UniformReplay& self) {
+             zrl::UniformReplayState st;
+             {
+               py::gil_scoped_release release;
+               st = self.export_state();
+             }
+             py::dict d;
+             d["format_version"] = scalar_array<int64_t>(kStateFormat);
+             d["capacity"] = scalar_array<int64_t>(int64_t(st.capacity));
+             d["rng_state"] = rng_array(st.rng_state);
+             put_storage_state(d, std::move(st.storage), self.fields());
+             return d;
+           })
+      .def(
+          "load_state_dict",
+          [](UniformReplay& self, const py::handle& state) {
+            StateReader r(state, storage_state_names(self.fields(), {}));
+            r.check_format();
+            zrl::UniformReplayStateView view;
+            view.capacity = r.non_negative("capacity");
+            view.rng_state = r.rng_state();
+            view.storage = r.storage(self.fields(), self.capacity());
+            py::gil_scoped_release release;
+            self.import_state(view);
+          },
+          py::arg("state"));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -98,4 +583,6 @@ PYBIND11_MODULE(_core, m) {
         py::arg("clip_pg_rho_threshold"), py::arg("clip_c_threshold"), py::arg("lambda_"),
         "V-trace over time-major [T, B] float32 arrays; returns (vs, pg_advantages).\n"
         "Thresholds are > 0 (use inf for no clipping). Releases the GIL.");
+
+  bind_replay(m);
 }

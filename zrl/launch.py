@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -78,6 +80,7 @@ class RunOptions:
     resume: bool = False
     t_start: float = field(default_factory=time.time)
     max_restarts: int = 10  # per actor
+    fork: bool = hasattr(os, "fork")  # children forked from this process (fast start) or exec'd
     restart_backoff_s: tuple[float, float] = (0.5, 30.0)  # first delay, cap (doubling)
 
 
@@ -90,16 +93,91 @@ def _die_with_parent() -> None:
         pass
 
 
+class _ForkedProcess:
+    """A child made by fork() that runs `zrl ARGS` in-process: the Popen calls run_local needs.
+
+    zrl run imports torch and the rest once, then forks its children, which
+    start with all of it loaded instead of each importing it again (three
+    processes importing torch at once cost over a second on two cores). The
+    parent has started no threads and no ZeroMQ context when it forks.
+    """
+
+    def __init__(self, argv: list[str]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.setsid()
+                _die_with_parent()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                from zrl.cli import main
+
+                main(args=argv, prog_name="zrl", standalone_mode=True)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        self.pid = pid
+        self.returncode: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                if self._pidfd is not None:
+                    os.close(self._pidfd)
+                    self._pidfd = None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            if self._pidfd is not None:
+                select.select([self._pidfd], [], [], 0.5 if left is None else min(left, 0.5))
+            else:
+                time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 class _Child:
-    def __init__(self, name: str, argv: list[str]):
+    def __init__(self, name: str, argv: list[str], fork: bool):
         self.name = name
-        self.argv = argv
-        self.proc: subprocess.Popen | None = None
+        self.argv = argv  # [python, -m, zrl, COMMAND, ...]
+        self.fork = fork
+        self.proc: subprocess.Popen | _ForkedProcess | None = None
         self.restarts = 0
         self.restart_at: float | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=_die_with_parent)
+        if self.fork:
+            self.proc = _ForkedProcess(self.argv[3:])
+        else:
+            self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=_die_with_parent)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -134,7 +212,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
     ready_file = os.path.join(tmpdir, "ready.json") if "*" in bind else None
     if ready_file:
         learner_argv += ["--ready-file", ready_file]
-    learner = _Child("learner", learner_argv)
+    learner = _Child("learner", learner_argv, opts.fork)
 
     def actor_argv(i: int, endpoint: str) -> list[str]:
         # The evaluation actor takes the index after the training actors' (its sender id).
@@ -144,7 +222,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         return argv + ["--eval"] if evaluating else argv
 
     names = [f"actor {i}" for i in range(opts.num_actors)] + (["eval actor"] if cfg.run.eval_actor else [])
-    actors = [_Child(name, actor_argv(i, bind)) for i, name in enumerate(names)]
+    actors = [_Child(name, actor_argv(i, bind), opts.fork) for i, name in enumerate(names)]
     stopping = threading.Event()
 
     def on_signal(signum, frame):
@@ -160,6 +238,8 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
     extra = " + a greedy evaluation actor" if cfg.run.eval_actor else ""
     print(f"[zrl run] learner + {opts.num_actors} actors{extra} on {cfg.env.id} ({cfg.algo.name}); logdir {logdir}", flush=True)
     try:
+        if opts.fork:
+            _preload()
         learner.start()
         if ready_file:
             control = _wait_ready(ready_file, learner, stopping)
@@ -184,6 +264,16 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             signal.signal(s, h)
         shutil.rmtree(tmpdir, ignore_errors=True)
     return _summarise(final_path, logdir, opts, t_end, learner.proc.returncode)
+
+
+def _preload() -> None:
+    """Imports what every child needs once, before forking them."""
+    import gymnasium  # noqa: F401
+    import torch  # noqa: F401
+    import torch.utils.tensorboard  # noqa: F401
+
+    import zrl.actors.actor  # noqa: F401
+    import zrl.learner.learner  # noqa: F401
 
 
 def _wait_ready(path: str, learner: _Child, stopping: threading.Event) -> str | None:

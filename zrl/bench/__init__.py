@@ -12,4 +12,5 @@ from __future__ import annotations
 # name -> module under zrl.bench; each module has `run(opts) -> BenchResult`.
 BENCHMARKS: dict[str, str] = {
     "kernels": "zrl.bench.kernels",
+    "replay": "zrl.bench.replay",
 }
