@@ -125,6 +125,21 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
     sys.exit(run_local(cfg, opts))
 
 
+@main.command()
+@config_option
+@override_option
+@click.option("--bind", default=None, help="Endpoint clients connect to (default: server.bind).")
+@click.option("--learner", "learner_endpoint", default=None, help="The learner's control endpoint; without it the server only serves the policy (inference only).")
+@click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(exists=True), help="Serve this checkpoint's weights (a file or a logdir).")
+@click.option("--seed", type=int, default=None, help="Seed for sampling actions (default: run.seed).")
+def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed):
+    """Agent server: batched inference for simulators that embed a zrl client."""
+    cfg = _load(config_path, overrides)
+    from zrl.launch import run_server
+
+    sys.exit(run_server(cfg, bind, learner_endpoint, checkpoint_path=checkpoint_path, seed=seed, install_signals=_install_stop_handlers))
+
+
 @main.command(name="eval")
 @click.option("--checkpoint", "checkpoint_path", required=True, type=click.Path(exists=True), help="A checkpoint file or a logdir (newest checkpoint).")
 @click.option("--episodes", type=int, default=10, show_default=True)

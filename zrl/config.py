@@ -34,6 +34,7 @@ __all__ = [
     "ActorConfig",
     "LearnerConfig",
     "RunConfig",
+    "ServerConfig",
     "ALGO_CONFIGS",
     "load_config",
     "config_from_dict",
@@ -283,6 +284,8 @@ class RunConfig:
     Value-based algorithms need it: their exploring actors cannot score the target."""
     eval_num_envs: int = 8
     """Environments of the evaluation actor."""
+    agent_server: bool = False
+    """`zrl run` also starts an agent server (`zrl serve`) bound at server.bind."""
 
     def __post_init__(self):
         _check(self.num_actors >= 0, "run.num_actors", "must be >= 0")
@@ -292,12 +295,43 @@ class RunConfig:
         _check(self.max_env_steps is None or self.max_env_steps > 0, "run.max_env_steps", "must be > 0")
 
 
+@dataclass(frozen=True)
+class ServerConfig:
+    """The agent server (`zrl serve`) for simulators that embed a zrl client."""
+
+    bind: str = "tcp://127.0.0.1:5557"
+    """Endpoint (ROUTER) that clients connect to."""
+    observation_space: Optional[dict] = None
+    """Observation spec clients must declare, e.g. {type: box, shape: [4], dtype: float32}
+    (default: the spec of env.id)."""
+    action_space: Optional[dict] = None
+    """Action spec, e.g. {type: discrete, n: 2} (default: the spec of env.id)."""
+    max_batch: int = 256
+    """Most requests answered by one forward pass."""
+    client_timeout_s: float = 60.0
+    """A client silent for this long is dropped with its partial trajectory."""
+    max_clients: int = 4096
+    """Hellos beyond this many live sessions are refused."""
+    index: int = 1000
+    """The server's sender id towards the learner."""
+    backlog: int = 64
+    """Trajectory messages kept while the learner applies back-pressure; the oldest are dropped beyond it."""
+
+    def __post_init__(self):
+        _check(self.max_batch >= 1, "server.max_batch", "must be >= 1")
+        _check(self.client_timeout_s > 0, "server.client_timeout_s", "must be > 0")
+        _check(self.max_clients >= 1, "server.max_clients", "must be >= 1")
+        _check(0 <= self.index < 2**32, "server.index", "must be in [0, 2**32)")
+        _check(self.backlog >= 1, "server.backlog", "must be >= 1")
+
+
 SECTIONS: dict[str, type] = {
     "env": EnvConfig,
     "model": ModelConfig,
     "actor": ActorConfig,
     "learner": LearnerConfig,
     "run": RunConfig,
+    "server": ServerConfig,
 }
 
 
@@ -309,6 +343,7 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     source: str = field(default="<defaults>", compare=False)
     """Where this config came from (for messages)."""
 
@@ -320,7 +355,7 @@ class Config:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        d = {name: _to_plain(dataclasses.asdict(getattr(self, name))) for name in ("env", "model", "algo", "actor", "learner", "run")}
+        d = {name: _to_plain(dataclasses.asdict(getattr(self, name))) for name in ("env", "model", "algo", "actor", "learner", "run", "server")}
         return d
 
     def model_shaping(self, obs_spec: dict | None = None, action_spec: dict | None = None) -> dict[str, Any]:

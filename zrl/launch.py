@@ -66,6 +66,30 @@ def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, s
     return 0
 
 
+def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, checkpoint_path=None, seed=None, install_signals: Callable | None = None) -> int:
+    from zrl.actors.actor import HelloError
+    from zrl.checkpoint import CheckpointError
+    from zrl.server import AgentServer
+    from zrl.transport import is_loopback
+
+    stop = threading.Event()
+    if install_signals is not None:
+        install_signals(stop.set)
+    try:
+        server = AgentServer(cfg, bind, learner_endpoint, stop=stop, checkpoint_path=checkpoint_path, seed=seed)
+    except (OSError, ValueError, CheckpointError) as e:
+        print(f"[server] error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if not is_loopback(server.endpoint):
+        print(f"[server] warning: serving on {server.endpoint}, reachable beyond this machine, without authentication", file=sys.stderr, flush=True)
+    try:
+        server.run()
+    except HelloError as e:
+        print(f"[server] error: {e}", file=sys.stderr, flush=True)
+        return 3
+    return 0
+
+
 @dataclass
 class RunOptions:
     config_path: str | None
@@ -223,6 +247,9 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
 
     names = [f"actor {i}" for i in range(opts.num_actors)] + (["eval actor"] if cfg.run.eval_actor else [])
     actors = [_Child(name, actor_argv(i, bind), opts.fork) for i, name in enumerate(names)]
+    if cfg.run.agent_server:
+        server_argv = lambda ep: [*base, "serve", *cfg_args, "--learner", ep, "--seed", str(opts.seed)]  # noqa: E731
+        actors.append(_Child("agent server", server_argv(bind), opts.fork))
     stopping = threading.Event()
 
     def on_signal(signum, frame):
@@ -235,7 +262,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             a.signal(signal.SIGTERM)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    extra = " + a greedy evaluation actor" if cfg.run.eval_actor else ""
+    extra = (" + a greedy evaluation actor" if cfg.run.eval_actor else "") + (f" + an agent server on {cfg.server.bind}" if cfg.run.agent_server else "")
     print(f"[zrl run] learner + {opts.num_actors} actors{extra} on {cfg.env.id} ({cfg.algo.name}); logdir {logdir}", flush=True)
     try:
         if opts.fork:
@@ -244,7 +271,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         if ready_file:
             control = _wait_ready(ready_file, learner, stopping)
             for i, a in enumerate(actors):
-                a.argv = actor_argv(i, control or bind)
+                a.argv = server_argv(control or bind) if a.name == "agent server" else actor_argv(i, control or bind)
         for a in actors:
             if not stopping.is_set() and learner.alive():
                 a.start()
@@ -274,6 +301,7 @@ def _preload() -> None:
 
     import zrl.actors.actor  # noqa: F401
     import zrl.learner.learner  # noqa: F401
+    import zrl.server  # noqa: F401
 
 
 def _wait_ready(path: str, learner: _Child, stopping: threading.Event) -> str | None:

@@ -41,9 +41,19 @@ def cases():
         "final_index": np.array([3], np.int32),
         "final_obs": np.array([[9.0, -9.0]], np.float32),
     }, None, dict(sender_id=2, seq=17, policy_version=5)
-    yield "act_uint8", wire.Kind.ACT, {"obs": np.arange(12, dtype=np.uint8).reshape(3, 4), "reward": np.array([1.5], np.float32)}, None, dict(sender_id=0, seq=3, policy_version=0)
-    yield "action", wire.Kind.ACTION, {"action": np.array([1], np.int64)}, None, dict(sender_id=0, seq=3, policy_version=12)
-
+    # Agent server <-> client (docs/PROTOCOL.md, "Agent server").
+    box4 = {"type": "box", "shape": [4], "dtype": "float32", "low": None, "high": None}
+    yield "client_hello", wire.Kind.HELLO, {}, {"role": "client", "protocol": 1, "name": "golden", "obs_space": box4, "action_space": {"type": "discrete", "n": 2}}, dict(sender_id=0, seq=0, policy_version=0)
+    yield "client_hello_reply", wire.Kind.HELLO_REPLY, {}, {"ok": True, "client_id": 7, "policy_version": 3}, dict(sender_id=0, seq=0, policy_version=3)
+    yield "act_first", wire.Kind.ACT, {"obs": np.array([0.1, 0.2, 0.3, 0.4], np.float32), "reward": np.float32(0.0), "flags": np.uint8(1)}, None, dict(sender_id=0, seq=1, policy_version=0)
+    yield "act_step_uint8", wire.Kind.ACT, {"obs": np.arange(12, dtype=np.uint8).reshape(3, 4), "reward": np.float32(1.5), "flags": np.uint8(0)}, None, dict(sender_id=0, seq=2, policy_version=0)
+    yield "act_last_truncated", wire.Kind.ACT, {"obs": np.array([1.0, -1.0, 0.5, 0.0], np.float32), "reward": np.float32(1.0), "flags": np.uint8(6)}, None, dict(sender_id=0, seq=3, policy_version=0)
+    yield "act_last_terminated", wire.Kind.ACT, {"reward": np.float32(-1.0), "flags": np.uint8(2)}, None, dict(sender_id=0, seq=4, policy_version=0)
+    yield "action_discrete", wire.Kind.ACTION, {"action": np.int64(1)}, None, dict(sender_id=0, seq=2, policy_version=12)
+    yield "action_box", wire.Kind.ACTION, {"action": np.array([0.5, -0.25], np.float32)}, None, dict(sender_id=0, seq=2, policy_version=12)
+    yield "action_ack", wire.Kind.ACTION, {}, None, dict(sender_id=0, seq=3, policy_version=12)
+    yield "client_stats", wire.Kind.STATS, {"score": np.array([42.0])}, None, dict(sender_id=0, seq=5, policy_version=0)
+    yield "bye", wire.Kind.BYE, {}, None, dict(sender_id=0, seq=6, policy_version=0)
 
 def build():
     manifest = {}

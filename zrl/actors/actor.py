@@ -79,6 +79,134 @@ def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: 
         sock.close(linger=0)
 
 
+class LearnerLink:
+    """An actor's (or the agent server's) connection to the learner.
+
+    `connect()` says hello until the learner answers (a fresh DEALER per
+    attempt, a deadline per attempt, saying so each time), then opens PUSH to
+    the trajectory endpoint and SUB to the weights endpoint it was told, and
+    applies the weights in the reply. `send()` waits on back-pressure (or
+    returns False at once when asked not to block) and, if the learner stops
+    answering entirely, reconnects. `poll_weights()` applies only the newest
+    weights that arrived and never blocks. Not thread-safe: one owner thread.
+    """
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, meta: dict[str, Any], model: torch.nn.Module, *, sender_id: int,
+                 timeout_s: float, send_hwm: int, stop: threading.Event, say, on_weights=None):
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.meta = meta
+        self.model = model
+        self.sender_id = sender_id
+        self.timeout_s = timeout_s
+        self.send_hwm = send_hwm
+        self.stop = stop
+        self._say = say
+        self.on_weights = on_weights  # called with the new policy version
+        self.push: zmq.Socket | None = None
+        self.sub: zmq.Socket | None = None
+        self.policy_version = -1
+        self.weights_applied = 0
+        self.n_params = sum(p.numel() for p in model.parameters())
+
+    def connect(self) -> bool:
+        """Says hello until the learner answers; False if stopped first. Raises HelloError if refused."""
+        attempt = 0
+        t0 = time.monotonic()
+        while not self.stop.is_set():
+            attempt += 1
+            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id)
+            if reply is not None:
+                break
+            self._say(f"learner at {self.endpoint} not answering (attempt {attempt}, {time.monotonic() - t0:.0f}s); retrying")
+        else:
+            return False
+        info = reply.json()
+        self.close()
+        self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.send_hwm)
+        self.push.connect(transport.connectable(info["trajectory_endpoint"], self.endpoint))
+        self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(transport.connectable(info["weights_endpoint"], self.endpoint))
+        self._apply_weights(reply)
+        if attempt > 1:
+            self._say(f"learner is back; reconnected at policy version {self.policy_version}")
+        return True
+
+    def close(self) -> None:
+        for s in (self.push, self.sub):
+            if s is not None:
+                s.close(linger=0)
+        self.push = self.sub = None
+
+    def _apply_weights(self, msg: wire.Message) -> None:
+        params = msg.arrays.get("params")
+        if params is None or params.dtype != np.float32 or params.shape != (self.n_params,):
+            log.warning("ignoring weights of shape %s (model has %d parameters)", None if params is None else params.shape, self.n_params)
+            return
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(torch.from_numpy(params.copy()), self.model.parameters())
+        self.policy_version = msg.policy_version
+        self.weights_applied += 1
+        if self.on_weights is not None:
+            self.on_weights(msg.policy_version)
+
+    def poll_weights(self) -> None:
+        """Applies only the newest weights that arrived; never blocks. Raises LearnerFinished on SHUTDOWN."""
+        newest = None
+        while True:
+            try:
+                frame = self.sub.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                msg = wire.decode(frame, allowed_kinds=frozenset({int(wire.Kind.WEIGHTS), int(wire.Kind.SHUTDOWN)}))
+            except wire.WireError as e:
+                log.warning("dropping bad weights message: %s", e)
+                continue
+            if msg.kind == wire.Kind.SHUTDOWN:
+                raise LearnerFinished(msg.text())
+            newest = msg
+        if newest is not None and newest.policy_version != self.policy_version:
+            self._apply_weights(newest)
+
+    def try_send(self, frame) -> bool:
+        """Sends without waiting; False if the high-water mark is reached."""
+        try:
+            self.push.send(frame, zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
+
+    def send(self, frame) -> None:
+        """Sends one frame, waiting on back-pressure; reconnects if the learner is gone."""
+        while not self.stop.is_set():
+            if self.try_send(frame):
+                return
+            waited = 0.0
+            while waited < self.timeout_s and not self.stop.is_set():
+                if self.push.poll(100, zmq.POLLOUT):
+                    break
+                waited += 0.1
+                self.poll_weights()
+            else:
+                if self.stop.is_set():
+                    return
+                self.check_alive()
+
+    def check_alive(self) -> None:
+        """After a whole timeout without progress: is the learner busy or gone? Reconnects if gone."""
+        try:
+            alive = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id) is not None
+        except HelloError:
+            alive = False
+        if alive:
+            self._say("learner is busy (back-pressure); still waiting to send")
+        else:
+            self._say("lost the learner; reconnecting")
+            self.connect()
+
+
 class Actor:
     def __init__(
         self,
@@ -106,111 +234,27 @@ class Actor:
         self.max_steps = max_steps
         # An evaluation actor acts greedily, feeds no data, and reports its episodes as eval_*.
         self.eval_mode = eval_mode
-        self.push: zmq.Socket | None = None
-        self.sub: zmq.Socket | None = None
-        self.policy_version = -1
+        self.link: LearnerLink | None = None
         self.env_steps = 0
-        self.weights_applied = 0
         self.model: torch.nn.Module | None = None
         self.actor_algo = None
+
+    @property
+    def policy_version(self) -> int:
+        return self.link.policy_version if self.link is not None else -1
+
+    @property
+    def weights_applied(self) -> int:
+        return self.link.weights_applied if self.link is not None else 0
 
     def _say(self, text: str) -> None:
         if self.console:
             print(f"[actor {self.index}] {text}", flush=True)
         log.info("actor %d: %s", self.index, text)
 
-    # ------------------------------------------------------------------ connection
-
-    def _connect(self, meta: dict[str, Any]) -> None:
-        """Says hello until the learner answers (or we are stopped); (re)opens PUSH and SUB."""
-        timeout = self.config.actor.learner_timeout_s
-        attempt = 0
-        t0 = time.monotonic()
-        while not self.stop.is_set():
-            attempt += 1
-            reply = say_hello(self.ctx, self.learner, meta, timeout, sender_id=self.index)
-            if reply is not None:
-                break
-            self._say(f"learner at {self.learner} not answering (attempt {attempt}, {time.monotonic() - t0:.0f}s); retrying")
-        else:
-            return
-        info = reply.json()
-        self._close_data_sockets()
-        self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.config.actor.send_hwm)
-        self.push.connect(transport.connectable(info["trajectory_endpoint"], self.learner))
-        self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(transport.connectable(info["weights_endpoint"], self.learner))
-        self._apply_weights(reply)
-        if attempt > 1:
-            self._say(f"learner is back; reconnected at policy version {self.policy_version}")
-
-    def _close_data_sockets(self) -> None:
-        for s in (self.push, self.sub):
-            if s is not None:
-                s.close(linger=0)
-        self.push = self.sub = None
-
-    def _apply_weights(self, msg: wire.Message) -> None:
-        params = msg.arrays.get("params")
-        n = sum(p.numel() for p in self.model.parameters())
-        if params is None or params.dtype != np.float32 or params.shape != (n,):
-            log.warning("ignoring weights of shape %s (model has %d parameters)", None if params is None else params.shape, n)
-            return
-        with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.from_numpy(params.copy()), self.model.parameters())
-        self.policy_version = msg.policy_version
+    def _on_weights(self, version: int) -> None:
         if self.actor_algo is not None:
-            self.actor_algo.policy_version = msg.policy_version
-        self.weights_applied += 1
-
-    def _poll_weights(self) -> None:
-        """Applies only the newest weights that arrived; never blocks."""
-        newest = None
-        while True:
-            try:
-                frame = self.sub.recv(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            try:
-                msg = wire.decode(frame, allowed_kinds=frozenset({int(wire.Kind.WEIGHTS), int(wire.Kind.SHUTDOWN)}))
-            except wire.WireError as e:
-                log.warning("dropping bad weights message: %s", e)
-                continue
-            if msg.kind == wire.Kind.SHUTDOWN:
-                raise LearnerFinished(msg.text())
-            newest = msg
-        if newest is not None and newest.policy_version != self.policy_version:
-            self._apply_weights(newest)
-
-    def _send(self, frame, meta: dict[str, Any]) -> None:
-        """Sends one frame, waiting on back-pressure; reconnects if the learner is gone."""
-        timeout = self.config.actor.learner_timeout_s
-        while not self.stop.is_set():
-            try:
-                self.push.send(frame, zmq.NOBLOCK, copy=False)
-                return
-            except zmq.Again:
-                pass
-            waited = 0.0
-            while waited < timeout and not self.stop.is_set():
-                if self.push.poll(100, zmq.POLLOUT):
-                    break
-                waited += 0.1
-                self._poll_weights()
-            else:
-                if self.stop.is_set():
-                    return
-                # Stuck for a whole timeout: is the learner busy or gone?
-                try:
-                    alive = say_hello(self.ctx, self.learner, meta, timeout, sender_id=self.index) is not None
-                except HelloError:
-                    alive = False
-                if alive:
-                    self._say("learner is busy (back-pressure); still waiting to send")
-                else:
-                    self._say("lost the learner; reconnecting")
-                    self._connect(meta)
+            self.actor_algo.policy_version = version
 
     # ------------------------------------------------------------------ main loop
 
@@ -227,8 +271,9 @@ class Actor:
             self.model = algo.build_model()
             self.model.eval()
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, env.observation_spec, env.action_spec, K)
-            self._connect(meta)
-            if self.stop.is_set():
+            self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
+                                    send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights)
+            if not self.link.connect():
                 return 0
             sender = Sender(self.index)
             if self.eval_mode:
@@ -238,17 +283,18 @@ class Actor:
             self.actor_algo.policy_version = self.policy_version
             what = "evaluating greedily" if self.eval_mode else "acting"
             self._say(f"connected to {self.learner}: {K} x {cfg.env.id}, {what}, policy version {self.policy_version}")
-            return self._loop(env, meta, sender)
+            return self._loop(env, sender)
         except LearnerFinished as e:
             self._say(f"learner finished ({e}); exiting")
             return self.env_steps
         finally:
             env.close()
-            self._close_data_sockets()
+            if self.link is not None:
+                self.link.close()
             if self._own_ctx:
                 self.ctx.term()
 
-    def _loop(self, env, meta, sender: Sender) -> int:
+    def _loop(self, env, sender: Sender) -> int:
         K = env.num_envs
         ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
         stats_every = self.config.actor.stats_interval_s
@@ -260,11 +306,11 @@ class Actor:
         done_len: list[float] = []
         last_stats = time.monotonic()
         while not self.stop.is_set():
-            self._poll_weights()
+            self.link.poll_weights()
             actions = self.actor_algo.act(obs)
             step = env.step(actions)
             for frame in self.actor_algo.observe(step):
-                self._send(frame, meta)
+                self.link.send(frame)
             self.env_steps += K
             ep_ret += step.reward
             ep_len += 1
@@ -277,10 +323,7 @@ class Actor:
                 ep_len[done] = 0
             now = time.monotonic()
             if done_ret and now - last_stats >= stats_every:
-                self._send(
-                    sender.encode(wire.Kind.STATS, {ret_name: np.array(done_ret), len_name: np.array(done_len)}, self.policy_version),
-                    meta,
-                )
+                self.link.send(sender.encode(wire.Kind.STATS, {ret_name: np.array(done_ret), len_name: np.array(done_len)}, self.policy_version))
                 done_ret, done_len = [], []
                 last_stats = now
             obs = step.obs

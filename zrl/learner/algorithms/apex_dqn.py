@@ -24,7 +24,7 @@ import torch
 from zrl import spaces, wire
 from zrl.config import ApexDQNConfig, Config
 from zrl.envs import Step
-from zrl.learner.algorithms.base import ActorAlgo, Algorithm, Sender
+from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, Sender
 from zrl.models import QNetwork
 from zrl.replay import PrioritizedReplay
 
@@ -37,25 +37,42 @@ def actor_epsilon(hp: ApexDQNConfig, index: int, num_actors: int) -> float:
     return hp.eps_base ** (1.0 + hp.eps_alpha * index / (num_actors - 1))
 
 
-class ApexActor(ActorAlgo):
-    """Epsilon-greedy acting and n-step transitions for K envs at once.
+class ApexPolicy(Policy):
+    """Epsilon-greedy on the Q-network; records Q(s, a) for the initial priorities."""
+
+    def __init__(self, model: QNetwork, epsilon: float, n_actions: int, seed: int):
+        self.model = model
+        self.epsilon = epsilon
+        self.n_actions = n_actions
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray):
+        with torch.inference_mode():
+            q = self.model(torch.from_numpy(obs)).numpy()
+        actions = q.argmax(1)
+        explore = self.rng.random(len(actions)) < self.epsilon
+        if explore.any():
+            actions[explore] = self.rng.integers(0, self.n_actions, int(explore.sum()))
+        return actions, {"q_sa": q[np.arange(len(actions)), actions]}
+
+
+class ApexRecorder(Recorder):
+    """n-step transitions for K envs at once, sent with their initial priorities.
 
     The last n steps of every env sit in ring buffers indexed by step; when
     an env has n pending steps its oldest becomes a transition bootstrapped
     from the current observation, and when its episode ends all pending
     steps are flushed (discount 0 if terminated, gamma^m towards the final
-    observation if truncated).
+    observation if truncated). Priorities need max_a Q(s', a): the recorder
+    scores next observations with the acting network when it sends.
     """
 
-    def __init__(self, model: QNetwork, algo: "ApexDQN", num_envs: int, epsilon: float, seed: int, sender: Sender):
+    def __init__(self, algo: "ApexDQN", model: QNetwork, num_envs: int, sender: Sender):
         self.model = model
         self.hp = algo.hp
         self.sender = sender
         self.K = num_envs
         self.n = self.hp.n_step
-        self.epsilon = epsilon
-        self.n_actions = algo.action_spec.n
-        self.rng = np.random.default_rng(seed)
         self.every = algo.config.actor.unroll_length  # send after this many steps
         obs_shape, obs_dtype = tuple(algo.obs_spec.shape), np.dtype(algo.obs_spec.dtype)
         n, K = self.n, self.K
@@ -69,21 +86,13 @@ class ApexActor(ActorAlgo):
         self.out: dict[str, list[np.ndarray]] = {k: [] for k in (*FIELDS, "q_sa")}
         self.powers = self.hp.discount ** np.arange(n + 1, dtype=np.float64)
         self._obs = None
-        self._q = None
 
     def begin(self, obs: np.ndarray) -> None:
         self._obs = obs
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            q = self.model(torch.from_numpy(obs)).numpy()
-        actions = q.argmax(1)
-        explore = self.rng.random(self.K) < self.epsilon
-        if explore.any():
-            actions[explore] = self.rng.integers(0, self.n_actions, int(explore.sum()))
-        self._obs, self._q = obs, q
+    def record(self, actions: np.ndarray, extras: dict[str, np.ndarray]) -> None:
         self._actions = actions
-        return actions
+        self._q_sa = extras["q_sa"]
 
     def _emit(self, obs, action, reward, discount, next_obs, q_sa) -> None:
         for k, v in zip((*FIELDS, "q_sa"), (obs, action, reward, discount, next_obs, q_sa)):
@@ -92,11 +101,10 @@ class ApexActor(ActorAlgo):
     def observe(self, step: Step) -> list:
         n, K, t = self.n, self.K, self.t
         slot = t % n
-        ks = np.arange(K)
         self.obs_h[slot] = self._obs
         self.act_h[slot] = self._actions
         self.rew_h[slot] = step.reward
-        self.qsa_h[slot] = self._q[ks, self._actions]
+        self.qsa_h[slot] = self._q_sa
         self.pending = np.minimum(self.pending + 1, n)
         done = step.terminated | step.truncated
         full = (self.pending == n) & ~done
@@ -116,6 +124,7 @@ class ApexActor(ActorAlgo):
             self.pending[cols] = n - 1
         for k in np.flatnonzero(done):
             self._flush_episode(int(k), slot, step)
+        self._obs = step.obs
         self.t += 1
         self.steps_since_send += 1
         if self.steps_since_send >= self.every or sum(len(a) for a in self.out["action"]) >= self.hp.max_transitions_per_message:
@@ -193,9 +202,11 @@ class ApexDQN(Algorithm):
             bounds={"N": (1, self.hp.max_transitions_per_message + self.hp.n_step * max(1, self.config.actor.num_envs))},
         )
 
-    def make_actor(self, model, *, num_envs, actor_index, num_actors, seed, sender) -> ApexActor:
-        eps = actor_epsilon(self.hp, actor_index, num_actors)
-        return ApexActor(model, self, num_envs, eps, seed, sender)
+    def make_policy(self, model, *, actor_index, num_actors, seed) -> ApexPolicy:
+        return ApexPolicy(model, actor_epsilon(self.hp, actor_index, num_actors), self.action_spec.n, seed)
+
+    def make_recorder(self, model, *, num_envs, sender) -> ApexRecorder:
+        return ApexRecorder(self, model, num_envs, sender)
 
     def act_eval(self, model: QNetwork, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
         q = model(obs)
@@ -287,7 +298,7 @@ class ApexDQN(Algorithm):
         if self.target is not None:
             state["target"] = self.target.state_dict()
         if self.hp.replay_checkpoint and self.replay is not None:
-            state["replay"] = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.replay.state_dict().items()}
+            state["replay"] = {k: torch.from_numpy(np.array(v)) for k, v in self.replay.state_dict().items()}  # np.array keeps 0-d shapes
         return state
 
     def load_state_dict(self, state: dict) -> None:

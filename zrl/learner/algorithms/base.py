@@ -15,14 +15,25 @@ from zrl.envs import Step
 FrameFn = Callable[..., Any]
 
 
-class ActorAlgo:
-    """The per-actor half of an algorithm: picks actions and cuts messages to send.
+class Policy:
+    """Acting, batched: the part of an algorithm that turns observations into actions.
 
-    The actor pipeline calls `begin(obs)` once, then for every step
-    `act(obs) -> actions` and `observe(step) -> [frames]`, and sends what
-    `observe` returns. `policy_version` is set by the pipeline whenever new
-    weights are applied, and `sender` frames messages with the actor's id and
-    sequence numbers.
+    `act(obs[N]) -> (actions[N], extras)` where extras are per-row arrays a
+    recorder needs (IMPALA: behaviour_logp; Ape-X: the chosen action's Q).
+    One policy serves an actor's K envs, or all of the agent server's
+    clients in one forward pass.
+    """
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+
+class Recorder:
+    """Recording, per stream of K envs: cuts what was done into messages.
+
+    `begin(obs)` once, then per step `record(actions, extras)` followed by
+    `observe(step) -> [frames]`. `policy_version` is the version acting now;
+    the pipeline sets it when new weights are applied.
     """
 
     policy_version: int = 0
@@ -30,11 +41,43 @@ class ActorAlgo:
     def begin(self, obs: np.ndarray) -> None:
         raise NotImplementedError
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
+    def record(self, actions: np.ndarray, extras: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
 
     def observe(self, step: Step) -> list[Any]:
         raise NotImplementedError
+
+
+class ActorAlgo:
+    """What an actor runs: a policy and a recorder for its K envs.
+
+    The actor pipeline calls `begin(obs)` once, then for every step
+    `act(obs) -> actions` and `observe(step) -> [frames]`, and sends what
+    `observe` returns.
+    """
+
+    def __init__(self, policy: Policy, recorder: Recorder):
+        self.policy = policy
+        self.recorder = recorder
+
+    @property
+    def policy_version(self) -> int:
+        return self.recorder.policy_version
+
+    @policy_version.setter
+    def policy_version(self, v: int) -> None:
+        self.recorder.policy_version = v
+
+    def begin(self, obs: np.ndarray) -> None:
+        self.recorder.begin(obs)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        actions, extras = self.policy.act(obs)
+        self.recorder.record(actions, extras)
+        return actions
+
+    def observe(self, step: Step) -> list[Any]:
+        return self.recorder.observe(step)
 
 
 class Sender:
@@ -70,9 +113,17 @@ class Algorithm:
         """What a TRAJECTORY message must carry; checked by the learner on receive."""
         raise NotImplementedError
 
-    # -- actor side
-    def make_actor(self, model: torch.nn.Module, *, num_envs: int, actor_index: int, num_actors: int, seed: int, sender: Sender) -> ActorAlgo:
+    # -- actor side (actors and the agent server)
+    def make_policy(self, model: torch.nn.Module, *, actor_index: int, num_actors: int, seed: int) -> Policy:
         raise NotImplementedError
+
+    def make_recorder(self, model: torch.nn.Module, *, num_envs: int, sender: Sender) -> Recorder:
+        """A recorder for one stream of `num_envs` envs; `model` is the acting copy (some score data with it)."""
+        raise NotImplementedError
+
+    def make_actor(self, model: torch.nn.Module, *, num_envs: int, actor_index: int, num_actors: int, seed: int, sender: Sender) -> ActorAlgo:
+        policy = self.make_policy(model, actor_index=actor_index, num_actors=num_actors, seed=seed)
+        return ActorAlgo(policy, self.make_recorder(model, num_envs=num_envs, sender=sender))
 
     def act_eval(self, model: torch.nn.Module, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
         """Actions for evaluation: greedy, or sampled from the policy."""

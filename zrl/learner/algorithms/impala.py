@@ -22,7 +22,7 @@ import torch
 from zrl import spaces, wire
 from zrl.config import Config, ImpalaConfig
 from zrl.envs import Step
-from zrl.learner.algorithms.base import ActorAlgo, Algorithm, Sender
+from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, Sender
 from zrl.learner.vtrace import from_importance_weights
 from zrl.models import ActorCritic, build_actor_critic
 
@@ -33,9 +33,24 @@ def _action_layout(action_spec: spaces.Spec) -> tuple[np.dtype, tuple[int, ...]]
     return np.dtype(np.float32), tuple(action_spec.shape)
 
 
-class ImpalaActor(ActorAlgo):
-    def __init__(self, model: ActorCritic, algo: "Impala", num_envs: int, sender: Sender):
+class ImpalaPolicy(Policy):
+    """Samples from the policy; records log mu(a|x) for V-trace."""
+
+    def __init__(self, model: ActorCritic):
         self.model = model
+
+    def act(self, obs: np.ndarray):
+        with torch.inference_mode():
+            params = self.model.policy(torch.from_numpy(obs))
+            action = self.model.head.sample(params)
+            logp = self.model.head.log_prob(params, action)
+        return action.numpy(), {"behaviour_logp": logp.numpy()}
+
+
+class ImpalaRecorder(Recorder):
+    """Writes T steps x K envs straight into a trajectory frame (no copy at send)."""
+
+    def __init__(self, algo: "Impala", num_envs: int, sender: Sender):
         self.sender = sender
         self.T = algo.config.actor.unroll_length
         self.K = num_envs
@@ -64,15 +79,10 @@ class ImpalaActor(ActorAlgo):
         self.msg.arrays["obs"][0] = obs
         self.chunk_version = self.policy_version
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            params = self.model.policy(torch.from_numpy(obs))
-            action = self.model.head.sample(params)
-            logp = self.model.head.log_prob(params, action)
+    def record(self, actions: np.ndarray, extras: dict[str, np.ndarray]) -> None:
         a = self.msg.arrays
-        a["action"][self.t] = action.numpy()
-        a["behaviour_logp"][self.t] = logp.numpy()
-        return a["action"][self.t]
+        a["action"][self.t] = actions
+        a["behaviour_logp"][self.t] = extras["behaviour_logp"]
 
     def observe(self, step: Step) -> list:
         a, t = self.msg.arrays, self.t
@@ -143,8 +153,11 @@ class Impala(Algorithm):
             bounds={"K": (1, max_columns), "M": (0, T * max_columns)},
         )
 
-    def make_actor(self, model, *, num_envs, actor_index, num_actors, seed, sender) -> ImpalaActor:
-        return ImpalaActor(model, self, num_envs, sender)
+    def make_policy(self, model, *, actor_index, num_actors, seed) -> ImpalaPolicy:
+        return ImpalaPolicy(model)
+
+    def make_recorder(self, model, *, num_envs, sender) -> ImpalaRecorder:
+        return ImpalaRecorder(self, num_envs, sender)
 
     def act_eval(self, model: ActorCritic, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
         params = model.policy(obs)

@@ -1,0 +1,213 @@
+"""The agent server and the Python client: handshake, stepping, batching, sessions, training."""
+from __future__ import annotations
+
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import zmq
+
+from zrl import wire
+from zrl.client import Client, ClientTimeout, ServerError, UsageError
+from zrl.server import AgentServer
+from conftest import Running, small_config, wait_for
+
+OBS = {"type": "box", "shape": [4], "dtype": "float32"}
+ACT = {"type": "discrete", "n": 2}
+
+
+def serve_config(*overrides):
+    return small_config(
+        "actor.num_envs=1",
+        "learner.batch_size=4",
+        "server.observation_space={type: box, shape: [4], dtype: float32}",
+        "server.action_space={type: discrete, n: 2}",
+        *overrides,
+    )
+
+
+@pytest.fixture
+def make_server(ctx, endpoint):
+    made = []
+
+    def make(cfg, *, learner=None, run=True, bind=None):
+        stop = threading.Event()
+        server = AgentServer(cfg, bind or endpoint + "-server", learner, ctx=ctx, stop=stop, console=False)
+        runner = Running(server.run, "server") if run else None
+        made.append((server, stop, runner))
+        return server
+
+    yield make
+    for server, stop, runner in made:
+        stop.set()
+        if runner is not None:
+            runner.join(30)
+        else:
+            server.close()
+
+
+def client(ctx, server, **kw):
+    return Client(server.endpoint, OBS, ACT, ctx=ctx, timeout=kw.pop("timeout", 10), **kw)
+
+
+def test_round_trip_and_total_reward(ctx, make_server):
+    server = make_server(serve_config())
+    c = client(ctx, server)
+    obs = np.zeros(4, np.float32)
+    a = c.init(obs)
+    assert a in (0, 1)
+    for _ in range(5):
+        assert c.send(1.5, obs) in (0, 1)
+    assert c.reset(2.0) == pytest.approx(5 * 1.5 + 2.0)
+    assert c.client_id == 1
+    c.disconnect()
+    wait_for(lambda: not server.sessions, 10, "BYE to end the session")
+
+
+def test_hello_with_other_specs_is_refused_with_the_reason(ctx, make_server):
+    server = make_server(serve_config())
+    c = Client(server.endpoint, {"type": "box", "shape": [5], "dtype": "float32"}, ACT, ctx=ctx, timeout=10)
+    with pytest.raises(ServerError, match=r"observation spec.*differs"):
+        c.init(np.zeros(5, np.float32))
+    c.disconnect()
+    c = Client(server.endpoint, OBS, {"type": "discrete", "n": 3}, ctx=ctx, timeout=10)
+    with pytest.raises(ServerError, match="action spec"):
+        c.init(np.zeros(4, np.float32))
+    c.disconnect()
+
+
+def test_calls_out_of_order_and_bad_observations(ctx, make_server):
+    server = make_server(serve_config())
+    c = client(ctx, server)
+    with pytest.raises(UsageError, match="init"):
+        c.send(1.0, np.zeros(4, np.float32))
+    with pytest.raises(UsageError, match="shape"):
+        c.init(np.zeros(3, np.float32))
+    c.init(np.zeros(4, np.float32))
+    with pytest.raises(UsageError, match="final_obs"):
+        c.reset(1.0, truncated=True)
+    c.disconnect()
+    # A raw ACT without FIRST gets the server's reason.
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(server.endpoint)
+    try:
+        meta = {"role": "client", "protocol": 1, "name": "raw", "obs_space": {**OBS, "low": None, "high": None}, "action_space": ACT}
+        s.send(wire.encode(wire.Kind.HELLO, meta=meta, seq=1))
+        assert s.poll(10_000)
+        assert wire.decode(s.recv()).kind == wire.Kind.HELLO_REPLY
+        s.send(wire.encode(wire.Kind.ACT, {"obs": np.zeros(4, np.float32), "reward": np.float32(0), "flags": np.uint8(0)}, seq=2))
+        assert s.poll(10_000)
+        reply = wire.decode(s.recv())
+        assert reply.kind == wire.Kind.ERROR and "init" in reply.text() and reply.seq == 2
+        s.send(wire.encode(wire.Kind.ACT, {"obs": np.zeros(4, np.float64), "reward": np.float32(0), "flags": np.uint8(1)}, seq=3))
+        assert s.poll(10_000)
+        reply = wire.decode(s.recv())
+        assert reply.kind == wire.Kind.ERROR and "obs" in reply.text()
+        s.send(b"garbage")
+        assert s.poll(10_000)
+        assert wire.decode(s.recv()).kind == wire.Kind.ERROR
+    finally:
+        s.close()
+    assert server.stats.rejected["refused"] >= 1 and server.stats.rejected["bad_shape"] >= 1
+
+
+def test_queued_requests_are_answered_by_one_forward_pass(ctx, make_server):
+    server = make_server(serve_config(), run=False)
+    n = 6
+    socks = []
+    try:
+        for i in range(n):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(server.endpoint)
+            meta = {"role": "client", "protocol": 1, "name": f"c{i}", "obs_space": {**OBS, "low": None, "high": None}, "action_space": ACT}
+            s.send(wire.encode(wire.Kind.HELLO, meta=meta, seq=1))
+            socks.append(s)
+        wait_for(lambda: server.serve_once(10) or len(server.sessions) == n, 10, "hellos")
+        wait_for(lambda: len(server.sessions) == n, 10, "all sessions")
+        for s in socks:
+            assert s.poll(10_000)
+            s.recv()
+        for s in socks:
+            s.send(wire.encode(wire.Kind.ACT, {"obs": np.zeros(4, np.float32), "reward": np.float32(0), "flags": np.uint8(1)}, seq=2))
+        handled = server.serve_once(1000)
+        assert handled == n
+        assert server.stats.batches == 1 and server.stats.batch_sizes == n  # one forward pass for all six
+        for s in socks:
+            assert s.poll(10_000)
+            reply = wire.decode(s.recv())
+            assert reply.kind == wire.Kind.ACTION and reply.seq == 2 and int(reply.arrays["action"]) in (0, 1)
+        # A lone request is answered on its own, without waiting for company.
+        socks[0].send(wire.encode(wire.Kind.ACT, {"obs": np.zeros(4, np.float32), "reward": np.float32(1), "flags": np.uint8(0)}, seq=3))
+        assert server.serve_once(1000) == 1
+        assert server.stats.batches == 2 and server.stats.batch_sizes == n + 1
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_silent_and_departed_clients_do_not_accumulate(ctx, make_server):
+    server = make_server(serve_config("server.client_timeout_s=0.3"))
+    for i in range(30):
+        c = client(ctx, server)
+        c.init(np.zeros(4, np.float32))
+        if i % 2:
+            c.disconnect()  # says BYE
+        else:
+            c._close_socket()  # vanishes mid-episode
+    wait_for(lambda: not server.sessions, 20, "every session to be dropped")
+    assert server.stats.sessions_opened == 30 and server.stats.sessions_dropped == 30
+
+
+def test_lost_server_times_out_then_the_client_reconnects(ctx, endpoint, make_server):
+    bind = endpoint + "-flaky"
+    c = Client(bind, OBS, ACT, ctx=ctx, timeout=0.3)
+    with pytest.raises(ClientTimeout, match="no reply"):
+        c.init(np.zeros(4, np.float32))
+    server = make_server(serve_config(), bind=bind)
+    c.timeout = 10
+    assert c.init(np.zeros(4, np.float32)) in (0, 1)  # a fresh socket and hello
+    assert server.sessions
+    c.disconnect()
+
+
+def play(ctx, server, seconds_or_done, seed):
+    env = gym.make("CartPole-v1", max_episode_steps=30)
+    c = client(ctx, server)
+    obs, _ = env.reset(seed=seed)
+    a = c.init(obs)
+    returns = []
+    while not seconds_or_done():
+        obs, r, te, tr, _ = env.step(a)
+        if te or tr:
+            truncated = tr and not te
+            returns.append(c.reset(r, truncated=truncated, final_obs=obs if truncated else None))
+            obs, _ = env.reset()
+            a = c.init(obs)
+        else:
+            a = c.send(r, obs)
+    c.metrics().scalar("score", 42.0)
+    c.disconnect()
+    env.close()
+    return returns
+
+
+def test_clients_train_the_learner_through_the_server(ctx, endpoint, make_learner, make_server):
+    cfg = serve_config()
+    learner, _ = make_learner(cfg)
+    server = make_server(cfg, learner=endpoint)
+    wait_for(lambda: server.link is not None and server.link.push is not None, 30, "server to join the learner")
+    done = threading.Event()
+    runners = [Running(lambda i=i: play(ctx, server, done.is_set, i), f"client-{i}") for i in range(3)]
+    try:
+        wait_for(lambda: learner.updates >= 5 and learner.episodes >= 10, 60, "learner to train on client data")
+        wait_for(lambda: server.policy_version >= 1, 30, "server to apply new weights")
+    finally:
+        done.set()
+        results = [r.join(30) for r in runners]
+    assert all(len(r) > 0 for r in results)
+    # Truncated episodes (time limit 30) were sent with their final observation.
+    assert learner.rejected == {}, dict(learner.rejected)
+    wait_for(lambda: learner.custom.get("score") == 42.0, 30, "a client scalar to reach the learner")

@@ -1,0 +1,462 @@
+"""The agent server: simulators that are not Gymnasium envs train through zrl.
+
+A simulator embeds a client (zrl.client.Client, or libzrl_client in C++),
+sends its observation and reward, and gets the next action back
+(docs/PROTOCOL.md, "Agent server"). One ROUTER socket serves every client.
+Each loop iteration drains the requests that are already queued (up to
+`server.max_batch`) and answers all those that need an action with one
+batched forward pass; when a single request is pending it is answered at
+once, so one client pays no batching delay (SEED RL's central inference,
+without its latency floor).
+
+To the learner the server is an actor (role "server", one env per client):
+it keeps a recorder per client session (the algorithm's, so the trajectories
+are exactly what its actors would send), pushes chunks tagged with the policy
+version and behaviour log-probabilities, and applies new weights from SUB
+between batches. A client that vanishes costs only its partial trajectory;
+sessions silent for `server.client_timeout_s` are dropped, so memory does
+not grow with clients that come and go.
+
+Without a learner (`--learner` omitted) the server only serves a policy:
+random initial weights, or a checkpoint's (`--checkpoint`).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import zmq
+
+from zrl import spaces, transport, wire
+from zrl.config import Config
+from zrl.envs import Step
+from zrl.learner import algorithms
+from zrl.learner.algorithms.base import Recorder, Sender
+
+log = logging.getLogger("zrl.server")
+
+FIRST, LAST, TRUNCATED = 1, 2, 4
+REQUEST_KINDS = frozenset({int(wire.Kind.HELLO), int(wire.Kind.ACT), int(wire.Kind.STATS), int(wire.Kind.BYE)})
+CLIENT_OBS_DTYPES = ("float32", "uint8")
+
+
+class RequestError(Exception):
+    """A request answered with an ERROR (the text goes back to the client)."""
+
+
+@dataclass
+class Session:
+    """One client: its routing identity, episode state and recorder."""
+
+    client_id: int
+    identity: bytes
+    recorder: Recorder
+    last_seen: float
+    in_episode: bool = False  # an action was given and its reward is awaited
+    pending_end: tuple | None = None  # (reward, terminated, truncated, final_obs) awaiting the next FIRST
+    begun: bool = False  # the recorder has its first observation
+    steps: int = 0
+    episode_return: float = 0.0
+    episode_length: int = 0
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    steps: int = 0
+    batches: int = 0
+    batch_sizes: int = 0
+    sessions_opened: int = 0
+    sessions_dropped: int = 0
+    dropped_messages: int = 0  # trajectory messages dropped under back-pressure
+    rejected: collections.Counter = field(default_factory=collections.Counter)
+
+
+def resolve_specs(config: Config) -> tuple[spaces.Spec, spaces.Spec]:
+    """The specs clients must use: server.* in the config, else env.id's."""
+    sc = config.server
+    if sc.observation_space is not None and sc.action_space is not None:
+        obs, act = spaces.from_json(sc.observation_space), spaces.from_json(sc.action_space)
+    else:
+        from zrl.envs import probe_specs
+
+        obs, act = probe_specs(config.env)
+        if sc.observation_space is not None:
+            obs = spaces.from_json(sc.observation_space)
+        if sc.action_space is not None:
+            act = spaces.from_json(sc.action_space)
+    if isinstance(obs, spaces.BoxSpec) and obs.dtype not in CLIENT_OBS_DTYPES:
+        raise ValueError(f"server.observation_space: clients send float32 or uint8 observations, not {obs.dtype}")
+    return obs, act
+
+
+class AgentServer:
+    def __init__(
+        self,
+        config: Config,
+        bind: str | None = None,
+        learner: str | None = None,
+        *,
+        ctx: zmq.Context | None = None,
+        stop: threading.Event | None = None,
+        console: bool = True,
+        checkpoint_path: str | None = None,
+        seed: int | None = None,
+    ):
+        self.config = config
+        self.sc = config.server
+        self.learner_endpoint = learner
+        self.console = console
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
+        self.stop = stop or threading.Event()
+        self.obs_spec, self.action_spec = resolve_specs(config)
+        self.algo = algorithms.get(config.algo.name)(config, self.obs_spec, self.action_spec)
+        self.model = self.algo.build_model()
+        self.model.eval()
+        if checkpoint_path is not None:
+            self._load_checkpoint(checkpoint_path)
+        seed = config.run.seed if seed is None else seed
+        torch.manual_seed(seed)
+        self.policy = self.algo.make_policy(self.model, actor_index=0, num_actors=1, seed=seed)
+        self.sender = Sender(self.sc.index)
+        self.sessions: dict[bytes, Session] = {}
+        self.next_client_id = 1
+        self.stats = ServerStats()
+        self.backlog: collections.deque = collections.deque()
+        self._done_returns: list[float] = []  # finished client episodes, sent to the learner as stats
+        self._done_lengths: list[float] = []
+        self.link = None
+        self.policy_version = 0
+        self.router = transport.socket(self.ctx, zmq.ROUTER)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.router.setsockopt(zmq.MAXMSGSIZE, config.learner.max_message_bytes)
+        try:
+            self.endpoint = transport.bind(self.router, bind or self.sc.bind)
+        except OSError:
+            self.router.close(linger=0)
+            raise
+        obs_dtype = np.dtype(self.obs_spec.dtype)
+        self._obs_shape = tuple(self.obs_spec.shape)
+        self._obs_dtype = obs_dtype
+        self._act_discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
+
+    def _say(self, text: str) -> None:
+        if self.console:
+            print(f"[server] {text}", flush=True)
+        log.info(text)
+
+    def _load_checkpoint(self, path: str) -> None:
+        from pathlib import Path
+
+        from zrl import checkpoint
+
+        p = Path(path)
+        if p.is_dir():
+            found = checkpoint.load_latest(p / "checkpoints") or checkpoint.load_latest(p)
+            if not found:
+                raise ValueError(f"no checkpoint in {p}")
+            p, state = found
+        else:
+            state = checkpoint.load(p)
+        obs, act = self.obs_spec.to_json(), self.action_spec.to_json()
+        checkpoint.check_compatible(p, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
+        self.model.load_state_dict(state["model"])
+
+    # ------------------------------------------------------------------ learner side
+
+    def _connect_learner(self) -> bool:
+        from zrl.actors.actor import LearnerLink, hello_meta
+
+        meta = hello_meta(self.config, "server", self.sc.index, self.obs_spec, self.action_spec, 1)
+        self.link = LearnerLink(
+            # The server pushes chunks of many clients in bursts: a deeper high-water mark than an actor's.
+            self.ctx, self.learner_endpoint, meta, self.model, sender_id=self.sc.index, timeout_s=self.config.actor.learner_timeout_s,
+            send_hwm=max(self.config.actor.send_hwm, self.sc.backlog), stop=self.stop, say=self._say, on_weights=self._on_weights,
+        )
+        return self.link.connect()
+
+    def _on_weights(self, version: int) -> None:
+        self.policy_version = version
+        for s in self.sessions.values():
+            s.recorder.policy_version = version
+
+    def _push(self, frames: list) -> None:
+        """Queues trajectory messages for the learner; never blocks the request loop."""
+        if self.link is None:
+            return
+        for f in frames:
+            if len(self.backlog) >= self.sc.backlog:
+                self.backlog.popleft()
+                self.stats.dropped_messages += 1
+            self.backlog.append(f)
+        self._flush_backlog()
+
+    def _flush_backlog(self) -> None:
+        while self.backlog and self.link.try_send(self.backlog[0]):
+            self.backlog.popleft()
+
+    # ------------------------------------------------------------------ requests
+
+    def _reply(self, identity: bytes, frame) -> None:
+        try:
+            self.router.send_multipart([identity, frame], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the client is gone
+
+    def _error(self, identity: bytes, seq: int, reason: str, text: str) -> None:
+        self.stats.rejected[reason] += 1
+        self._reply(identity, wire.encode(wire.Kind.ERROR, meta=text, seq=seq))
+
+    def _hello(self, identity: bytes, msg: wire.Message) -> None:
+        try:
+            hello = msg.json()
+        except wire.WireError as e:
+            raise RequestError(f"hello meta is not a JSON object: {e.detail}") from None
+        if hello.get("protocol") != wire.PROTOCOL_VERSION:
+            raise RequestError(f"protocol {hello.get('protocol')!r} not supported (server speaks {wire.PROTOCOL_VERSION})")
+        if hello.get("role") != "client":
+            raise RequestError(f"role {hello.get('role')!r}: this is an agent server, expected role 'client'")
+        try:
+            obs = spaces.from_json(hello.get("obs_space"))
+            act = spaces.from_json(hello.get("action_space"))
+        except spaces.SpecError as e:
+            raise RequestError(f"bad space spec: {e}") from None
+        if obs != self.obs_spec:
+            raise RequestError(f"observation spec {obs.to_json()} differs from the server's {self.obs_spec.to_json()}")
+        if act != self.action_spec:
+            raise RequestError(f"action spec {act.to_json()} differs from the server's {self.action_spec.to_json()}")
+        old = self.sessions.pop(identity, None)
+        if old is None and len(self.sessions) >= self.sc.max_clients:
+            raise RequestError(f"server is full ({self.sc.max_clients} clients)")
+        session = Session(self.next_client_id, identity, self._new_recorder(), time.monotonic())
+        self.next_client_id += 1
+        self.sessions[identity] = session
+        self.stats.sessions_opened += 1
+        reply = {"ok": True, "client_id": session.client_id, "policy_version": self.policy_version}
+        self._reply(identity, wire.encode(wire.Kind.HELLO_REPLY, meta=reply, seq=msg.seq, policy_version=self.policy_version))
+
+    def _new_recorder(self) -> Recorder:
+        rec = self.algo.make_recorder(self.model, num_envs=1, sender=self.sender)
+        rec.policy_version = self.policy_version
+        return rec
+
+    def _check_act(self, msg: wire.Message) -> tuple[np.ndarray | None, float, int]:
+        names = [i.name for i in msg.infos]
+        infos = {i.name: i for i in msg.infos}
+        if "flags" not in infos or "reward" not in infos:
+            raise wire.WireError(wire.Reason.MISSING_FIELD, "ACT needs reward and flags")
+        extra = set(names) - {"obs", "reward", "flags"}
+        if extra:
+            raise wire.WireError(wire.Reason.UNKNOWN_FIELD, f"unexpected arrays {sorted(extra)}")
+        fi, ri = infos["flags"], infos["reward"]
+        if fi.dtype != np.uint8 or fi.shape != () or ri.dtype != np.float32 or ri.shape != ():
+            raise wire.WireError(wire.Reason.BAD_SHAPE, "reward must be float32 () and flags uint8 ()")
+        a = msg.arrays
+        flags = int(a["flags"])
+        reward = float(a["reward"])
+        if flags & ~(FIRST | LAST | TRUNCATED) or (flags & FIRST and flags & LAST) or (flags & TRUNCATED and not flags & LAST):
+            raise wire.WireError(wire.Reason.BAD_VALUE, f"bad flags {flags}")
+        if not np.isfinite(reward):
+            raise wire.WireError(wire.Reason.BAD_VALUE, "reward is not finite")
+        needs_obs = not (flags & LAST) or bool(flags & TRUNCATED)
+        obs = None
+        if "obs" in infos:
+            oi = infos["obs"]
+            if oi.dtype != self._obs_dtype or oi.shape != self._obs_shape:
+                raise wire.WireError(wire.Reason.BAD_SHAPE, f"obs is {oi.dtype}{list(oi.shape)}, expected {self._obs_dtype}{list(self._obs_shape)}")
+            obs = a["obs"]
+        elif needs_obs:
+            raise wire.WireError(wire.Reason.MISSING_FIELD, "obs is required here")
+        return obs, reward, flags
+
+    def _act(self, session: Session, msg: wire.Message, batch: list) -> None:
+        """Advances the session's episode; queues (session, seq, obs) when an action is needed."""
+        obs, reward, flags = self._check_act(msg)
+        rec = session.recorder
+        if flags & FIRST:
+            if session.in_episode:
+                # A new episode inside one: the unfinished chunk is dropped.
+                session.recorder = rec = self._new_recorder()
+                session.begun = False
+            elif session.pending_end is not None:
+                r, term, trunc, final = session.pending_end
+                self._push(rec.observe(Step(obs[None], np.array([r], np.float32), np.array([term]), np.array([trunc]), {0: final} if trunc else {})))
+                session.pending_end = None
+            if not session.begun:
+                rec.begin(obs[None])
+                session.begun = True
+            session.in_episode = True
+            session.episode_return = 0.0
+            session.episode_length = 0
+            batch.append((session, msg.seq, obs))
+            return
+        if not session.in_episode:
+            raise RequestError("send()/reset() before init(): start an episode with init(obs) first")
+        session.episode_return += reward
+        session.episode_length += 1
+        session.steps += 1
+        self.stats.steps += 1
+        if flags & LAST:
+            self._done_returns.append(session.episode_return)
+            self._done_lengths.append(float(session.episode_length))
+            truncated = bool(flags & TRUNCATED)
+            final = np.array(obs, copy=True) if truncated else None
+            session.pending_end = (reward, not truncated, truncated, final)
+            session.in_episode = False
+            self._reply(session.identity, wire.encode(wire.Kind.ACTION, seq=msg.seq, policy_version=self.policy_version))
+            return
+        self._push(rec.observe(Step(obs[None], np.array([reward], np.float32), np.array([False]), np.array([False]), {})))
+        batch.append((session, msg.seq, obs))
+
+    def _answer(self, batch: list) -> None:
+        """One forward pass for every request that needs an action."""
+        obs = np.stack([o for _, _, o in batch])
+        actions, extras = self.policy.act(obs)
+        self.stats.batches += 1
+        self.stats.batch_sizes += len(batch)
+        for i, (session, seq, _) in enumerate(batch):
+            session.recorder.record(actions[i : i + 1], {k: v[i : i + 1] for k, v in extras.items()})
+            a = actions[i]
+            arr = np.asarray(a, np.int64) if self._act_discrete else np.asarray(a, np.float32)
+            self._reply(session.identity, wire.encode(wire.Kind.ACTION, {"action": arr}, seq=seq, policy_version=self.policy_version))
+
+    def _forward_stats(self, msg: wire.Message) -> None:
+        arrays = {}
+        for info in msg.infos:
+            if info.dtype != np.float64 or len(info.shape) != 1 or info.shape[0] > 1024:
+                raise wire.WireError(wire.Reason.BAD_SHAPE, f"stats array {info.name!r} must be float64 [n <= 1024]")
+        for name, a in msg.arrays.items():
+            if name in ("episode_return", "episode_length", "eval_return", "eval_length"):
+                raise wire.WireError(wire.Reason.BAD_VALUE, f"{name!r} is reserved")
+            arrays[name] = np.array(a)
+        if arrays and self.link is not None:
+            self._push([self.sender.encode(wire.Kind.STATS, arrays, self.policy_version)])
+
+    def _handle(self, identity: bytes, frame, batch: list, now: float) -> None:
+        self.stats.requests += 1
+        try:
+            msg = wire.decode(frame, max_bytes=self.config.learner.max_message_bytes, allowed_kinds=REQUEST_KINDS)
+        except wire.WireError as e:
+            self._error(identity, 0, e.reason.value, f"bad request: {e}")
+            return
+        try:
+            if msg.kind == wire.Kind.HELLO:
+                self._hello(identity, msg)
+                return
+            session = self.sessions.get(identity)
+            if session is None:
+                if msg.kind in (wire.Kind.BYE, wire.Kind.STATS):
+                    return
+                raise RequestError("no session: say hello first (the server may have restarted or dropped an idle client)")
+            session.last_seen = now
+            if msg.kind == wire.Kind.ACT:
+                self._act(session, msg, batch)
+            elif msg.kind == wire.Kind.STATS:
+                self._forward_stats(msg)
+            elif msg.kind == wire.Kind.BYE:
+                self._drop(identity)
+        except wire.WireError as e:
+            self._error(identity, msg.seq, e.reason.value, f"bad request: {e}")
+        except RequestError as e:
+            self._error(identity, msg.seq, "refused", str(e))
+
+    def _drop(self, identity: bytes) -> None:
+        if self.sessions.pop(identity, None) is not None:
+            self.stats.sessions_dropped += 1
+
+    def _expire(self, now: float) -> None:
+        limit = self.sc.client_timeout_s
+        for identity in [i for i, s in self.sessions.items() if now - s.last_seen > limit]:
+            self._drop(identity)
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, max_seconds: float | None = None) -> ServerStats:
+        """Serves until stopped (or the learner shuts down); returns the counters."""
+        from zrl.actors.actor import HelloError, LearnerFinished
+
+        try:
+            if self.learner_endpoint is not None and not self._connect_learner():
+                return self.stats
+            if self.link is not None:
+                self.policy_version = self.link.policy_version
+            self._say(f"serving {self.obs_spec.to_json()} -> {self.action_spec.to_json()} on {self.endpoint}"
+                      + (f", learner {self.learner_endpoint}" if self.link else " (no learner: inference only)"))
+            return self._loop(max_seconds)
+        except LearnerFinished as e:
+            self._say(f"learner finished ({e}); exiting")
+            return self.stats
+        except HelloError:
+            raise
+        finally:
+            self.close()
+
+    def serve_once(self, timeout_ms: int) -> int:
+        """One iteration: wait up to timeout_ms for requests, drain what is queued, answer; returns requests handled."""
+        if self.link is not None:
+            self.link.poll_weights()
+            if self.backlog:
+                self._flush_backlog()
+        if not self.router.poll(timeout_ms, zmq.POLLIN):
+            return 0
+        now = time.monotonic()
+        batch: list = []
+        handled = 0
+        # Drain what is already queued (up to max_batch actions), never wait for more.
+        while len(batch) < self.sc.max_batch:
+            try:
+                parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            handled += 1
+            if len(parts) != 2:
+                self.stats.rejected["bad_header"] += 1
+                continue
+            self._handle(parts[0].bytes, parts[1], batch, now)
+        if batch:
+            self._answer(batch)
+        return handled
+
+    def _loop(self, max_seconds: float | None) -> ServerStats:
+        t_end = None if max_seconds is None else time.monotonic() + max_seconds
+        last_expire = last_log = last_stats = time.monotonic()
+        steps_at_log = 0
+        while not self.stop.is_set():
+            if t_end is not None and time.monotonic() >= t_end:
+                break
+            self.serve_once(2 if self.backlog else 20)
+            now = time.monotonic()
+            if now - last_expire >= min(1.0, self.sc.client_timeout_s / 4):
+                self._expire(now)
+                last_expire = now
+            if self._done_returns and now - last_stats >= self.config.actor.stats_interval_s:
+                self._send_episode_stats()
+                last_stats = now
+            if now - last_log >= self.config.learner.log_interval_s * 5:
+                rate = (self.stats.steps - steps_at_log) / (now - last_log)
+                mean_batch = self.stats.batch_sizes / max(self.stats.batches, 1)
+                self._say(f"{len(self.sessions)} clients, {rate:,.0f} steps/s, mean batch {mean_batch:.1f}, policy version {self.policy_version}"
+                          + (f", dropped {self.stats.dropped_messages}" if self.stats.dropped_messages else ""))
+                last_log, steps_at_log = now, self.stats.steps
+        return self.stats
+
+    def _send_episode_stats(self) -> None:
+        arrays = {"episode_return": np.array(self._done_returns), "episode_length": np.array(self._done_lengths)}
+        self._done_returns, self._done_lengths = [], []
+        if self.link is not None:
+            self._push([self.sender.encode(wire.Kind.STATS, arrays, self.policy_version)])
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+        if not self.router.closed:
+            self.router.close(linger=0)
+        if self._own_ctx and not self.ctx.closed:
+            self.ctx.term()
