@@ -140,6 +140,22 @@ def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed)
     sys.exit(run_server(cfg, bind, learner_endpoint, checkpoint_path=checkpoint_path, seed=seed, install_signals=_install_stop_handlers))
 
 
+@main.group()
+def keys():
+    """CURVE key pairs for `security` (see docs/DEPLOY.md)."""
+
+
+@keys.command("generate")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--clients", default=1, show_default=True, help="Client key pairs to make (client, client2, ...).")
+def keys_generate(directory, clients):
+    """Make a server key pair and client key pairs in DIRECTORY; authorise the clients."""
+    from zrl.keys import generate_keys
+
+    for line in generate_keys(directory, clients):
+        click.echo(line)
+
+
 @main.command(name="eval")
 @click.option("--checkpoint", "checkpoint_path", required=True, type=click.Path(exists=True), help="A checkpoint file or a logdir (newest checkpoint).")
 @click.option("--episodes", type=int, default=10, show_default=True)

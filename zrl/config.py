@@ -35,6 +35,7 @@ __all__ = [
     "LearnerConfig",
     "RunConfig",
     "ServerConfig",
+    "SecurityConfig",
     "ALGO_CONFIGS",
     "load_config",
     "config_from_dict",
@@ -59,25 +60,62 @@ class EnvConfig:
     """Extra keyword arguments for gymnasium.make."""
     max_episode_steps: Optional[int] = None
     """Override the env's time limit (episodes are truncated there, and bootstrapped)."""
+    backend: str = "auto"
+    """auto (Atari ids use ale_vector, others gymnasium), gymnasium, or ale_vector
+    (ale_py's C++ AtariVectorEnv, which preprocesses in its own threads)."""
+    # Atari preprocessing (DeepMind's), used for ALE ids only:
+    frame_skip: int = 4
+    """Atari: repeat each action this many frames, max-pooling the last two."""
+    noop_max: int = 30
+    """Atari: up to this many no-op actions at the start of an episode."""
+    frame_stack: int = 4
+    """Atari: observations stack the last this many frames."""
+    screen_size: int = 84
+    """Atari: frames are resized to screen_size x screen_size grayscale."""
+    episodic_life: bool = False
+    """Atari: a lost life ends the episode for learning (terminated)."""
+    repeat_action_probability: float = 0.0
+    """Atari: sticky actions (0 for DeepMind's setting; ALE v5 defaults to 0.25)."""
+    max_episode_frames: int = 108_000
+    """Atari: truncate an episode after this many emulator frames (30 minutes)."""
+    num_threads: int = 0
+    """Atari ale_vector: emulator threads (0: as many as cores)."""
 
     def __post_init__(self):
         _check(bool(self.id), "env.id", "must name a gymnasium environment")
         _check(self.max_episode_steps is None or self.max_episode_steps > 0, "env.max_episode_steps", "must be > 0")
+        _check(self.backend in ("auto", "gymnasium", "ale_vector"), "env.backend", "must be auto, gymnasium or ale_vector")
+        _check(self.frame_skip >= 1, "env.frame_skip", "must be >= 1")
+        _check(self.noop_max >= 0, "env.noop_max", "must be >= 0")
+        _check(self.frame_stack >= 1, "env.frame_stack", "must be >= 1")
+        _check(self.screen_size >= 8, "env.screen_size", "must be >= 8")
+        _check(0.0 <= self.repeat_action_probability <= 1.0, "env.repeat_action_probability", "must be in [0, 1]")
+        _check(self.max_episode_frames >= 1, "env.max_episode_frames", "must be >= 1")
+        _check(self.num_threads >= 0, "env.num_threads", "must be >= 0")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     network: str = "mlp"
-    """Torso: mlp (vector observations)."""
+    """Torso: mlp (vector observations), impala_shallow or impala_deep (images, IMPALA's CNNs)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the MLP torso."""
     activation: str = "tanh"
     """tanh or relu."""
     shared_torso: bool = False
-    """One torso for policy and value (True) or one each (False)."""
+    """One torso for policy and value (True) or one each (False); CNNs always share one."""
+    cnn_channels: tuple[int, ...] = (16, 32, 32)
+    """impala_deep: channels of its three residual stages."""
+    cnn_hidden: int = 256
+    """CNNs: width of the fully connected layer after the convolutions."""
+    lstm_size: int = 0
+    """An LSTM core of this size after the torso (0: none)."""
 
     def __post_init__(self):
-        _check(self.network in ("mlp",), "model.network", f"unknown network {self.network!r} (known: mlp)")
+        _check(self.network in ("mlp", "impala_shallow", "impala_deep"), "model.network", f"unknown network {self.network!r} (known: mlp, impala_shallow, impala_deep)")
+        _check(all(c > 0 for c in self.cnn_channels), "model.cnn_channels", "must be > 0")
+        _check(self.cnn_hidden > 0, "model.cnn_hidden", "must be > 0")
+        _check(self.lstm_size >= 0, "model.lstm_size", "must be >= 0")
         _check(all(h > 0 for h in self.hidden_sizes), "model.hidden_sizes", "widths must be > 0")
         _check(self.activation in ("tanh", "relu"), "model.activation", "must be tanh or relu")
 
@@ -325,6 +363,36 @@ class ServerConfig:
         _check(self.backlog >= 1, "server.backlog", "must be >= 1")
 
 
+@dataclass(frozen=True)
+class SecurityConfig:
+    """CURVE encryption and authentication on every socket (off by default).
+
+    Key files are ZeroMQ certificates as `zrl keys generate DIR` writes them
+    (zmq.auth's format). The learner and the agent server are CURVE servers:
+    they hold `server_secret_key` and accept only peers whose public key is
+    in `authorized_keys`. Actors, the agent server towards the learner, and
+    clients hold `client_secret_key` and check the server against
+    `server_public_key`. A peer without an authorised key gets nothing in
+    and nothing out.
+    """
+
+    curve: bool = False
+    """Turn CURVE on for every socket."""
+    server_secret_key: Optional[str] = None
+    """Learner / agent server: its secret key file (e.g. keys/server.key_secret)."""
+    authorized_keys: Optional[str] = None
+    """Learner / agent server: a folder of authorised client public keys (*.key)."""
+    server_public_key: Optional[str] = None
+    """Actors, the agent server's learner link, clients: the server's public key file (e.g. keys/server.key)."""
+    client_secret_key: Optional[str] = None
+    """Actors, the agent server's learner link, clients: their secret key file (e.g. keys/client.key_secret)."""
+
+    def __post_init__(self):
+        if self.curve:
+            for k in ("server_secret_key", "authorized_keys", "server_public_key", "client_secret_key"):
+                _check(getattr(self, k) is not None, f"security.{k}", "is required when security.curve is true (make keys with `zrl keys generate DIR`)")
+
+
 SECTIONS: dict[str, type] = {
     "env": EnvConfig,
     "model": ModelConfig,
@@ -332,6 +400,7 @@ SECTIONS: dict[str, type] = {
     "learner": LearnerConfig,
     "run": RunConfig,
     "server": ServerConfig,
+    "security": SecurityConfig,
 }
 
 
@@ -344,6 +413,7 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     run: RunConfig = field(default_factory=RunConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     source: str = field(default="<defaults>", compare=False)
     """Where this config came from (for messages)."""
 
@@ -355,7 +425,7 @@ class Config:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        d = {name: _to_plain(dataclasses.asdict(getattr(self, name))) for name in ("env", "model", "algo", "actor", "learner", "run", "server")}
+        d = {name: _to_plain(dataclasses.asdict(getattr(self, name))) for name in ("env", "model", "algo", "actor", "learner", "run", "server", "security")}
         return d
 
     def model_shaping(self, obs_spec: dict | None = None, action_spec: dict | None = None) -> dict[str, Any]:

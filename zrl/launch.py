@@ -39,6 +39,7 @@ def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=
         return 2
     if install_signals is not None:
         install_signals(learner.request_stop)
+    _warn_if_exposed("learner", learner.control_endpoint, cfg)
     if ready_file:
         tmp = f"{ready_file}.tmp"
         with open(tmp, "w") as f:
@@ -70,7 +71,6 @@ def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, c
     from zrl.actors.actor import HelloError
     from zrl.checkpoint import CheckpointError
     from zrl.server import AgentServer
-    from zrl.transport import is_loopback
 
     stop = threading.Event()
     if install_signals is not None:
@@ -80,14 +80,21 @@ def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, c
     except (OSError, ValueError, CheckpointError) as e:
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return 2
-    if not is_loopback(server.endpoint):
-        print(f"[server] warning: serving on {server.endpoint}, reachable beyond this machine, without authentication", file=sys.stderr, flush=True)
+    _warn_if_exposed("server", server.endpoint, cfg)
     try:
         server.run()
     except HelloError as e:
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return 3
     return 0
+
+
+def _warn_if_exposed(role: str, endpoint: str, cfg: Config) -> None:
+    from zrl.transport import is_loopback
+
+    if not is_loopback(endpoint) and not cfg.security.curve:
+        print(f"[{role}] warning: bound to {endpoint}, reachable from other machines, without CURVE: "
+              "anyone who can reach it can send data and read weights (see docs/DEPLOY.md, security.curve)", file=sys.stderr, flush=True)
 
 
 @dataclass

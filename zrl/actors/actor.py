@@ -60,13 +60,15 @@ def hello_meta(config: Config, role: str, index: int, obs_spec: spaces.Spec, act
     }
 
 
-def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: float, sender_id: int = 0) -> wire.Message | None:
+def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: float, sender_id: int = 0, curve: transport.Curve | None = None) -> wire.Message | None:
     """One hello attempt on a fresh DEALER (the Lazy Pirate pattern): the reply, or None on timeout.
 
     Raises HelloError when the learner answers with an error.
     """
     sock = transport.socket(ctx, zmq.DEALER)
     try:
+        if curve is not None:
+            curve.client(sock)
         sock.connect(endpoint)
         sock.send(wire.encode(wire.Kind.HELLO, meta=meta, sender_id=sender_id))
         if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
@@ -92,7 +94,7 @@ class LearnerLink:
     """
 
     def __init__(self, ctx: zmq.Context, endpoint: str, meta: dict[str, Any], model: torch.nn.Module, *, sender_id: int,
-                 timeout_s: float, send_hwm: int, stop: threading.Event, say, on_weights=None):
+                 timeout_s: float, send_hwm: int, stop: threading.Event, say, on_weights=None, curve: transport.Curve | None = None):
         self.ctx = ctx
         self.endpoint = endpoint
         self.meta = meta
@@ -103,6 +105,8 @@ class LearnerLink:
         self.stop = stop
         self._say = say
         self.on_weights = on_weights  # called with the new policy version
+        self.curve = curve
+        self.endpoints: tuple[str, str] | None = None  # (trajectory, weights) of the learner we are connected to
         self.push: zmq.Socket | None = None
         self.sub: zmq.Socket | None = None
         self.policy_version = -1
@@ -115,23 +119,31 @@ class LearnerLink:
         t0 = time.monotonic()
         while not self.stop.is_set():
             attempt += 1
-            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id)
+            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve)
             if reply is not None:
                 break
             self._say(f"learner at {self.endpoint} not answering (attempt {attempt}, {time.monotonic() - t0:.0f}s); retrying")
         else:
             return False
-        info = reply.json()
-        self.close()
-        self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.send_hwm)
-        self.push.connect(transport.connectable(info["trajectory_endpoint"], self.endpoint))
-        self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(transport.connectable(info["weights_endpoint"], self.endpoint))
+        self._open(reply)
         self._apply_weights(reply)
         if attempt > 1:
             self._say(f"learner is back; reconnected at policy version {self.policy_version}")
         return True
+
+    def _open(self, reply: wire.Message) -> None:
+        """(Re)opens PUSH and SUB to the endpoints a hello reply names."""
+        info = reply.json()
+        self.close()
+        self.endpoints = (info["trajectory_endpoint"], info["weights_endpoint"])
+        self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.send_hwm)
+        self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
+        if self.curve is not None:
+            self.curve.client(self.push)
+            self.curve.client(self.sub)
+        self.push.connect(transport.connectable(info["trajectory_endpoint"], self.endpoint))
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(transport.connectable(info["weights_endpoint"], self.endpoint))
 
     def close(self) -> None:
         for s in (self.push, self.sub):
@@ -195,16 +207,27 @@ class LearnerLink:
                 self.check_alive()
 
     def check_alive(self) -> None:
-        """After a whole timeout without progress: is the learner busy or gone? Reconnects if gone."""
+        """After a whole timeout without progress: is the learner busy, restarted, or gone?
+
+        A busy learner answers with the endpoints we already use: keep waiting.
+        A restarted one (e.g. resumed after a crash) may have bound new ports:
+        reconnect to those. No answer: say so and keep saying hello until one comes.
+        """
         try:
-            alive = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id) is not None
+            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve)
         except HelloError:
-            alive = False
-        if alive:
-            self._say("learner is busy (back-pressure); still waiting to send")
-        else:
+            reply = None
+        if reply is None:
             self._say("lost the learner; reconnecting")
             self.connect()
+            return
+        info = reply.json()
+        if (info["trajectory_endpoint"], info["weights_endpoint"]) != self.endpoints:
+            self._say("the learner restarted on new endpoints; reconnecting")
+            self._open(reply)
+            self._apply_weights(reply)
+        else:
+            self._say("learner is busy (back-pressure); still waiting to send")
 
 
 class Actor:
@@ -272,7 +295,8 @@ class Actor:
             self.model.eval()
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, env.observation_spec, env.action_spec, K)
             self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
-                                    send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights)
+                                    send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights,
+                                    curve=transport.Curve.from_config(cfg.security))
             if not self.link.connect():
                 return 0
             sender = Sender(self.index)

@@ -65,8 +65,13 @@ class Metrics:
 
 
 class Client:
-    def __init__(self, endpoint: str, obs_spec, action_spec, timeout: float = 10.0, name: str = "python", ctx: zmq.Context | None = None):
+    def __init__(self, endpoint: str, obs_spec, action_spec, timeout: float = 10.0, name: str = "python", ctx: zmq.Context | None = None,
+                 server_public_key: str | None = None, client_secret_key: str | None = None):
+        """`server_public_key` / `client_secret_key`: key files (`zrl keys generate`) when the server uses CURVE."""
         self.endpoint = endpoint
+        if (server_public_key is None) != (client_secret_key is None):
+            raise UsageError("CURVE needs both server_public_key and client_secret_key")
+        self._curve = transport.Curve(server_public_key=server_public_key, client_secret_key=client_secret_key) if server_public_key else None
         self.obs_spec = _spec(obs_spec)
         self.action_spec = _spec(action_spec)
         if not isinstance(self.obs_spec, spaces.BoxSpec) or self.obs_spec.dtype not in ("float32", "uint8"):
@@ -89,6 +94,8 @@ class Client:
     def _connect(self) -> None:
         self._close_socket()
         self._sock = transport.socket(self.ctx, zmq.DEALER)
+        if self._curve is not None:
+            self._curve.client(self._sock)
         self._sock.connect(self.endpoint)
         meta = {"role": "client", "protocol": wire.PROTOCOL_VERSION, "name": self.name, "obs_space": self.obs_spec.to_json(), "action_space": self.action_spec.to_json()}
         reply = self._request(wire.encode(wire.Kind.HELLO, meta=meta, seq=self._next_seq()), expect=wire.Kind.HELLO_REPLY)

@@ -133,13 +133,20 @@ class AgentServer:
         self._done_lengths: list[float] = []
         self.link = None
         self.policy_version = 0
+        self.curve = transport.Curve.from_config(config.security)
+        self._auth = None
         self.router = transport.socket(self.ctx, zmq.ROUTER)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.router.setsockopt(zmq.MAXMSGSIZE, config.learner.max_message_bytes)
         try:
+            if self.curve is not None:
+                self._auth = self.curve.start_authenticator(self.ctx)
+                self.curve.server(self.router)
             self.endpoint = transport.bind(self.router, bind or self.sc.bind)
-        except OSError:
+        except (OSError, ValueError):
             self.router.close(linger=0)
+            if self._auth is not None:
+                self._auth.release()
             raise
         obs_dtype = np.dtype(self.obs_spec.dtype)
         self._obs_shape = tuple(self.obs_spec.shape)
@@ -178,6 +185,7 @@ class AgentServer:
             # The server pushes chunks of many clients in bursts: a deeper high-water mark than an actor's.
             self.ctx, self.learner_endpoint, meta, self.model, sender_id=self.sc.index, timeout_s=self.config.actor.learner_timeout_s,
             send_hwm=max(self.config.actor.send_hwm, self.sc.backlog), stop=self.stop, say=self._say, on_weights=self._on_weights,
+            curve=self.curve,
         )
         return self.link.connect()
 
@@ -458,5 +466,8 @@ class AgentServer:
             self.link = None
         if not self.router.closed:
             self.router.close(linger=0)
+        if self._auth is not None:
+            self._auth.release()
+            self._auth = None
         if self._own_ctx and not self.ctx.closed:
             self.ctx.term()
