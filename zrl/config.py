@@ -228,8 +228,12 @@ class ActorConfig:
     """Deadline of one hello attempt, and how long a send may wait before the actor checks the learner."""
     stats_interval_s: float = 0.25
     """Finished episodes are sent to the learner at most this often."""
+    backpressure: str = "block"
+    """When the learner cannot take more data: block (stop stepping until it can) or
+    drop (keep stepping, drop the chunk, count it). Either way memory stays flat."""
 
     def __post_init__(self):
+        _check(self.backpressure in ("block", "drop"), "actor.backpressure", "must be block or drop")
         _check(self.num_envs >= 1, "actor.num_envs", "must be >= 1")
         _check(self.unroll_length >= 1, "actor.unroll_length", "must be >= 1")
         _check(self.send_hwm >= 1, "actor.send_hwm", "must be >= 1")

@@ -203,12 +203,15 @@ class _Child:
         self.proc: subprocess.Popen | _ForkedProcess | None = None
         self.restarts = 0
         self.restart_at: float | None = None
+        self.on_start = None  # called after each (re)start
 
     def start(self) -> None:
         if self.fork:
             self.proc = _ForkedProcess(self.argv[3:])
         else:
             self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=_die_with_parent)
+        if self.on_start is not None:
+            self.on_start()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -268,6 +271,16 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         for a in actors:
             a.signal(signal.SIGTERM)
 
+    children = [learner, *actors]
+
+    def write_pids() -> None:
+        # LOGDIR/pids.json: which process is which (forked children share zrl run's command line).
+        tmp = logdir / ".pids.json.tmp"
+        tmp.write_text(json.dumps({c.name: c.proc.pid for c in children if c.proc is not None}, indent=1) + "\n")
+        os.replace(tmp, logdir / "pids.json")
+
+    for c in children:
+        c.on_start = write_pids
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     extra = (" + a greedy evaluation actor" if cfg.run.eval_actor else "") + (f" + an agent server on {cfg.server.bind}" if cfg.run.agent_server else "")
     print(f"[zrl run] learner + {opts.num_actors} actors{extra} on {cfg.env.id} ({cfg.algo.name}); logdir {logdir}", flush=True)

@@ -112,6 +112,8 @@ class LearnerLink:
         self.policy_version = -1
         self.weights_applied = 0
         self.n_params = sum(p.numel() for p in model.parameters())
+        self.blocked_s = 0.0  # time spent waiting on back-pressure
+        self.dropped = 0  # messages dropped under the "drop" policy
 
     def connect(self) -> bool:
         """Says hello until the learner answers; False if stopped first. Raises HelloError if refused."""
@@ -190,21 +192,32 @@ class LearnerLink:
         except zmq.Again:
             return False
 
-    def send(self, frame) -> None:
-        """Sends one frame, waiting on back-pressure; reconnects if the learner is gone."""
-        while not self.stop.is_set():
-            if self.try_send(frame):
-                return
-            waited = 0.0
-            while waited < self.timeout_s and not self.stop.is_set():
-                if self.push.poll(100, zmq.POLLOUT):
-                    break
-                waited += 0.1
-                self.poll_weights()
-            else:
-                if self.stop.is_set():
-                    return
-                self.check_alive()
+    def send(self, frame, drop: bool = False) -> bool:
+        """Sends one frame. Under back-pressure it waits (reconnecting if the learner is
+        gone), or with `drop` it drops the frame at once and counts it. True if sent."""
+        if self.try_send(frame):
+            return True
+        if drop:
+            self.dropped += 1
+            return False
+        t0 = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                waited = 0.0
+                while waited < self.timeout_s and not self.stop.is_set():
+                    if self.push.poll(100, zmq.POLLOUT):
+                        break
+                    waited += 0.1
+                    self.poll_weights()
+                else:
+                    if self.stop.is_set():
+                        return False
+                    self.check_alive()
+                if self.try_send(frame):
+                    return True
+            return False
+        finally:
+            self.blocked_s += time.monotonic() - t0
 
     def check_alive(self) -> None:
         """After a whole timeout without progress: is the learner busy, restarted, or gone?
@@ -321,6 +334,8 @@ class Actor:
     def _loop(self, env, sender: Sender) -> int:
         K = env.num_envs
         ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
+        drop = self.config.actor.backpressure == "drop"
+        bp_names = (f"actor{self.index}/blocked_s", f"actor{self.index}/dropped_chunks")
         stats_every = self.config.actor.stats_interval_s
         obs = env.reset()
         self.actor_algo.begin(obs)
@@ -334,7 +349,7 @@ class Actor:
             actions = self.actor_algo.act(obs)
             step = env.step(actions)
             for frame in self.actor_algo.observe(step):
-                self.link.send(frame)
+                self.link.send(frame, drop=drop)
             self.env_steps += K
             ep_ret += step.reward
             ep_len += 1
@@ -347,7 +362,9 @@ class Actor:
                 ep_len[done] = 0
             now = time.monotonic()
             if done_ret and now - last_stats >= stats_every:
-                self.link.send(sender.encode(wire.Kind.STATS, {ret_name: np.array(done_ret), len_name: np.array(done_len)}, self.policy_version))
+                stats = {ret_name: np.array(done_ret), len_name: np.array(done_len),
+                         bp_names[0]: np.array([self.link.blocked_s]), bp_names[1]: np.array([float(self.link.dropped)])}
+                self.link.send(sender.encode(wire.Kind.STATS, stats, self.policy_version), drop=drop)
                 done_ret, done_len = [], []
                 last_stats = now
             obs = step.obs

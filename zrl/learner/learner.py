@@ -598,9 +598,12 @@ class Learner:
             ret += f"  eval {eval_ret:.1f} ({n_eval} eps)" if eval_ret is not None else "  eval -"
         lag = f"{lag_mean:.1f}/{lag_max}" if lag_mean is not None else "-"
         rej = sum(rejected.values())
+        blocked = sum(v for k, v in custom.items() if k.endswith("/blocked_s"))
+        dropped = sum(v for k, v in custom.items() if k.endswith("/dropped_chunks"))
+        bp = f"  backpressure: blocked {blocked:.1f}s dropped {dropped:,.0f}" if blocked >= 0.5 or dropped else ""
         metrics.line(
             f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} fps  updates {updates:,}  return {ret}  "
-            f"lag {lag}  queue {self.queue.qsize()}/{self.queue.maxsize}  actors {connected}" + (f"  rejected {rej}" if rej else "")
+            f"lag {lag}  queue {self.queue.qsize()}/{self.queue.maxsize}  actors {connected}" + (f"  rejected {rej}" if rej else "") + bp
         )
 
     def save_checkpoint(self, elapsed: float) -> Path | None:
