@@ -23,7 +23,7 @@ def wait_for(cond, timeout: float, what: str = "condition", interval: float = 0.
         if v:
             return v
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 
