@@ -126,10 +126,14 @@ class Client:
                 msg = wire.decode(self._sock.recv(copy=False))
             except wire.WireError as e:
                 raise ClientError(f"malformed reply from {self.endpoint}: {e}") from None
+            if msg.kind == wire.Kind.ERROR and msg.seq in (seq, 0):
+                # seq 0: the server could not even read our request. Either way the
+                # session may be gone (e.g. dropped as idle): the next call says hello again.
+                self._close_socket()
+                self._in_episode = False
+                raise ServerError(f"agent server at {self.endpoint}: {msg.text()}")
             if msg.seq != seq:
                 continue  # a late reply to an earlier request
-            if msg.kind == wire.Kind.ERROR:
-                raise ServerError(f"agent server at {self.endpoint}: {msg.text()}")
             if msg.kind != expect:
                 raise ClientError(f"expected {expect.name} from {self.endpoint}, got {msg.kind.name}")
             return msg
