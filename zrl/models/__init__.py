@@ -34,6 +34,17 @@ def mlp(in_dim: int, sizes: tuple[int, ...], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def _check_core(cfg: ModelConfig) -> None:
+    if cfg.lstm_size > 0:
+        raise NotImplementedError("model.lstm_size > 0: the LSTM core is not available yet (set model.lstm_size: 0)")
+
+
+def _cnn_torso(cfg: ModelConfig, obs_spec: spaces.Spec) -> nn.Module:
+    from zrl.models.cnn import build_cnn_torso  # cnn.py imports preprocess from here
+
+    return build_cnn_torso(cfg, obs_spec)
+
+
 def preprocess(obs: torch.Tensor) -> torch.Tensor:
     """Observations arrive in their wire dtype; uint8 images are scaled to [0, 1] here, on the model's device."""
     if obs.dtype == torch.uint8:
@@ -125,23 +136,37 @@ def make_head(in_dim: int, action_spec: spaces.Spec) -> PolicyHead:
 
 
 class ActorCritic(nn.Module):
-    """Observation -> (policy parameters [N, P], value [N])."""
+    """Observation -> (policy parameters [N, P], value [N]).
+
+    An MLP torso sees flattened observations; a CNN torso (model.network
+    impala_*) sees [N, C, H, W] as they arrive and is shared by policy and value.
+    """
 
     def __init__(self, cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         super().__init__()
+        _check_core(cfg)
         if not isinstance(obs_spec, spaces.BoxSpec):
             raise ValueError(f"observations must be a box, got {obs_spec}")
         self.obs_dim = math.prod(obs_spec.shape)
-        out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
-        self.shared = cfg.shared_torso
-        self.pi_torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
-        self.v_torso = None if self.shared else mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+        self.cnn = cfg.network != "mlp"
+        if self.cnn:
+            self.shared = True
+            self.pi_torso = _cnn_torso(cfg, obs_spec)
+            self.v_torso = None
+            out = self.pi_torso.out_dim
+        else:
+            out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
+            self.shared = cfg.shared_torso
+            self.pi_torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+            self.v_torso = None if self.shared else mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
         self.head = make_head(out, action_spec)
         self.value = nn.Linear(out, 1)
         nn.init.orthogonal_(self.value.weight, 1.0)
         nn.init.zeros_(self.value.bias)
 
     def _flat(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.cnn:
+            return obs  # the CNN preprocesses its [N, C, H, W] input itself
         return preprocess(obs).reshape(obs.shape[0], self.obs_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,19 +193,25 @@ class QNetwork(nn.Module):
 
     def __init__(self, cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec, dueling: bool = True):
         super().__init__()
+        _check_core(cfg)
         if not isinstance(action_spec, spaces.DiscreteSpec):
             raise ValueError(f"Q-learning needs discrete actions, got {action_spec}")
         if not isinstance(obs_spec, spaces.BoxSpec):
             raise ValueError(f"observations must be a box, got {obs_spec}")
         self.obs_dim = math.prod(obs_spec.shape)
-        out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
-        self.torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+        self.cnn = cfg.network != "mlp"
+        if self.cnn:
+            self.torso = _cnn_torso(cfg, obs_spec)
+            out = self.torso.out_dim
+        else:
+            out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
+            self.torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
         self.dueling = dueling
         self.advantage = nn.Linear(out, action_spec.n)
         self.value = nn.Linear(out, 1) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.torso(preprocess(obs).reshape(obs.shape[0], self.obs_dim))
+        h = self.torso(obs if self.cnn else preprocess(obs).reshape(obs.shape[0], self.obs_dim))
         adv = self.advantage(h)
         if not self.dueling:
             return adv

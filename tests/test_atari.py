@@ -1,0 +1,279 @@
+"""Atari backends (ale_py's C++ vector env and the gymnasium fallback) and IMPALA's CNN torsos."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("ale_py.vector_env", reason="ale-py (with AtariVectorEnv) is not installed: pip install ale-py")
+
+from zrl import spaces  # noqa: E402
+from zrl.config import EnvConfig, ModelConfig, load_config  # noqa: E402
+from zrl.envs import make_vector_env, probe_specs  # noqa: E402
+from zrl.envs.atari import AleVectorEnv, AreaResize, GymAtariVectorEnv, is_atari, rom_name  # noqa: E402
+from zrl.learner import algorithms  # noqa: E402
+from zrl.models import ActorCritic, QNetwork, build_actor_critic  # noqa: E402
+from zrl.models.cnn import ImpalaDeep, ImpalaShallow  # noqa: E402
+
+pytestmark = pytest.mark.timeout(30)  # each test; the whole file takes a few seconds
+
+PONG_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pong_impala.yaml"
+BACKENDS = {"ale_vector": AleVectorEnv, "gymnasium": GymAtariVectorEnv}
+OBS = spaces.BoxSpec((4, 84, 84), "uint8", 0.0, 255.0)
+PONG_ACTIONS = spaces.DiscreteSpec(6)
+
+
+def _env(backend: str, num_envs: int = 2, seed: int = 0, **kw):
+    env = make_vector_env(EnvConfig(id="ALE/Pong-v5", backend=backend, **kw), num_envs, seed)
+    assert type(env) is BACKENDS[backend]
+    return env
+
+
+def _fresh_stack(obs: np.ndarray) -> bool:
+    """A new episode's first observation: every frame but the last is zero padding."""
+    return not obs[:-1].any() and obs[-1].any()
+
+
+# -- env ids and dispatch
+
+
+@pytest.mark.parametrize(
+    "env_id, rom",
+    [("ALE/Pong-v5", "pong"), ("PongNoFrameskip-v4", "pong"), ("Pong-v4", "pong"), ("Pong", "pong"), ("pong", "pong"),
+     ("ALE/MsPacman-v5", "ms_pacman"), ("MsPacmanNoFrameskip-v4", "ms_pacman"), ("ms_pacman", "ms_pacman"),
+     ("ALE/MontezumaRevenge-v5", "montezuma_revenge"), ("TicTacToe3D", "tic_tac_toe_3d")],
+)
+def test_atari_ids_map_to_rom_names(env_id, rom):
+    assert is_atari(env_id)
+    assert rom_name(env_id) == rom
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "ALE/Pong-ram-v5"])
+def test_non_image_ids_are_not_atari(env_id):
+    assert not is_atari(env_id)
+
+
+def test_unknown_ale_id_is_a_clear_error():
+    with pytest.raises(ValueError, match="no Atari ROM"):
+        make_vector_env(EnvConfig(id="ALE/NoSuchGame-v5"), 1, 0)
+
+
+def test_ale_vector_backend_refuses_non_atari_ids():
+    with pytest.raises(ValueError, match="Atari games only"):
+        make_vector_env(EnvConfig(id="CartPole-v1", backend="ale_vector"), 1, 0)
+
+
+def test_probe_specs_of_an_atari_id():
+    assert probe_specs(EnvConfig(id="PongNoFrameskip-v4")) == (OBS, PONG_ACTIONS)
+
+
+# -- the backends
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_gives_uint8_frame_stacks_and_a_discrete_spec(backend):
+    env = _env(backend, num_envs=3)
+    try:
+        assert env.observation_spec == OBS and env.action_spec == PONG_ACTIONS
+        obs = env.reset()
+        assert obs.dtype == np.uint8 and obs.shape == (3, 4, 84, 84)
+        assert all(_fresh_stack(o) for o in obs)
+        for _ in range(5):
+            step = env.step(np.array([0, 2, 3]))
+            assert step.obs.dtype == np.uint8 and step.obs.shape == (3, 4, 84, 84)
+            assert step.reward.dtype == np.float32 and step.reward.shape == (3,)
+            assert step.terminated.dtype == np.bool_ and step.truncated.dtype == np.bool_
+            assert step.final_obs == {}
+        assert step.obs[:, 0].any()  # after 5 steps the stack is full of real frames
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncated_episode_reports_its_final_obs(backend):
+    # 5 agent steps of 4 frames, counted from after the reset's no-ops.
+    env = _env(backend, num_envs=2, max_episode_frames=20)
+    try:
+        env.reset()
+        for t in range(4):
+            step = env.step(np.array([2, 3]))
+            assert not step.truncated.any() and not step.terminated.any(), t
+        step = env.step(np.array([2, 3]))
+        assert step.truncated.all() and not step.terminated.any()
+        assert sorted(step.final_obs) == [0, 1]
+        for k, last in step.final_obs.items():
+            assert last.dtype == np.uint8 and last.shape == (4, 84, 84)
+            assert last.reshape(4, -1).any(axis=1).all()  # a full stack of the old episode's frames
+            assert _fresh_stack(step.obs[k])  # obs already holds the next episode's start
+        step = env.step(np.array([2, 3]))
+        assert not step.truncated.any() and step.final_obs == {}
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_terminated_game_resets_in_the_same_step_without_final_obs(backend):
+    # Standing still, the agent loses 0:21 in 764 steps.
+    env = _env(backend, num_envs=1, noop_max=0)
+    try:
+        env.reset()
+        total = 0.0
+        for t in range(1000):
+            step = env.step(np.zeros(1, np.int64))
+            total += float(step.reward[0])
+            if step.terminated[0]:
+                break
+        assert step.terminated[0] and not step.truncated[0], "the game did not end"
+        assert total == -21.0  # raw game score, not clipped
+        assert step.final_obs == {}
+        assert _fresh_stack(step.obs[0])
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_episodic_life_terminates_on_a_lost_life_and_the_game_goes_on(backend):
+    env = make_vector_env(EnvConfig(id="ALE/Breakout-v5", backend=backend, episodic_life=True, noop_max=0), 1, 0)
+    try:
+        env.reset()
+        for t in range(300):
+            step = env.step(np.zeros(1, np.int64))  # never serves again after FIRE: loses the ball
+            if step.terminated[0]:
+                break
+        assert step.terminated[0] and step.final_obs == {}
+        assert not _fresh_stack(step.obs[0]) and step.obs[0, 0].any()  # no reset: frames carry on
+    finally:
+        env.close()
+
+
+def test_backends_agree_frame_for_frame_without_random_noops():
+    """The numpy port of the preprocessing gives the C++ env's observations (up to resize rounding)."""
+    cfg = dict(noop_max=0, max_episode_frames=4 * 40)
+    a, b = _env("ale_vector", 2, **cfg), _env("gymnasium", 2, **cfg)
+    try:
+        assert np.abs(a.reset().astype(int) - b.reset().astype(int)).max() <= 1
+        rng = np.random.default_rng(0)
+        for t in range(60):
+            act = rng.integers(0, 6, 2)
+            sa, sb = a.step(act), b.step(act)
+            assert np.abs(sa.obs.astype(int) - sb.obs.astype(int)).max() <= 1, t
+            np.testing.assert_array_equal(sa.reward, sb.reward)
+            np.testing.assert_array_equal(sa.terminated, sb.terminated)
+            np.testing.assert_array_equal(sa.truncated, sb.truncated)
+            assert sorted(sa.final_obs) == sorted(sb.final_obs)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_same_seed_same_episodes_in_the_cpp_backend():
+    runs = []
+    for _ in range(2):
+        env = _env("ale_vector", 2, seed=7, repeat_action_probability=0.25)
+        try:
+            frames = [env.reset()]
+            for t in range(40):
+                frames.append(env.step(np.array([t % 6, (t + 3) % 6])).obs)
+            runs.append(np.stack(frames))
+        finally:
+            env.close()
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_area_resize_matches_the_dense_definition():
+    def weights(n_in, n_out):
+        s = n_in / n_out
+        lo = np.arange(n_out)[:, None] * s
+        j = np.arange(n_in)[None, :]
+        return np.clip(np.minimum(j + 1, lo + s) - np.maximum(j, lo), 0, None) / s
+
+    frame = np.random.default_rng(0).integers(0, 256, (210, 160), dtype=np.uint8)
+    ref = np.rint(weights(210, 84) @ frame.astype(np.float64) @ weights(160, 84).T)
+    out = AreaResize((210, 160), (84, 84))(frame)
+    assert out.dtype == np.uint8 and out.shape == (84, 84)
+    assert np.abs(out.astype(int) - ref.astype(int)).max() <= 1
+
+
+# -- CNN torsos and models
+
+
+@pytest.mark.parametrize("torso", [ImpalaShallow((4, 84, 84), 256), ImpalaDeep((4, 84, 84), (16, 32, 32), 256)], ids=["shallow", "deep"])
+def test_cnn_torso_gives_features_from_uint8_frames_and_gradients_flow(torso):
+    x = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    h = torso(x)
+    assert h.shape == (3, 256) and h.dtype == torch.float32
+    assert (h >= 0).all()  # ends in a ReLU
+    h.sum().backward()
+    for name, p in torso.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert torso.convs[0].weight.grad.abs().sum() > 0
+
+
+def test_cnn_scales_uint8_inside_the_model():
+    torso = ImpalaShallow((4, 84, 84), 32)
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(torso(x), torso(x.float() / 255.0))
+
+
+@pytest.mark.parametrize("network", ["impala_shallow", "impala_deep"])
+def test_actor_critic_with_a_cnn_shares_its_torso(network):
+    model = build_actor_critic(ModelConfig(network=network, shared_torso=False), OBS, PONG_ACTIONS)
+    assert model.shared and model.v_torso is None
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    params, value = model(obs)
+    assert params.shape == (5, 6) and value.shape == (5,)
+    torch.testing.assert_close(model.policy(obs), params)
+    torch.testing.assert_close(model.value_only(obs), value)
+
+
+def test_q_network_with_a_cnn():
+    q = QNetwork(ModelConfig(network="impala_shallow"), OBS, PONG_ACTIONS)
+    assert q(torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)).shape == (3, 6)
+
+
+def test_cnn_on_vector_observations_is_a_clear_error():
+    with pytest.raises(ValueError, match="image observations"):
+        ActorCritic(ModelConfig(network="impala_shallow"), spaces.BoxSpec((4,)), spaces.DiscreteSpec(2))
+
+
+def test_lstm_core_is_not_available_yet():
+    with pytest.raises(NotImplementedError, match="LSTM"):
+        ActorCritic(ModelConfig(network="impala_shallow", lstm_size=256), OBS, PONG_ACTIONS)
+
+
+@pytest.mark.parametrize("network", ["impala_shallow", "impala_deep"])
+def test_impala_loss_trains_a_cnn_on_a_tiny_pong_batch(network):
+    torch.manual_seed(0)
+    T, B = 3, 2
+    cfg = load_config(PONG_CONFIG, [f"model.network={network}", f"actor.num_envs={B}", f"learner.batch_size={B}", f"actor.unroll_length={T}"])
+    algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
+    model = algo.build_model()
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8, generator=g)
+    action = torch.randint(0, 6, (T, B), generator=g)
+    with torch.no_grad():
+        params = model.policy(obs[:T].reshape(T * B, 4, 84, 84)).reshape(T, B, -1)
+        behaviour_logp = model.head.log_prob(params, action)
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    truncated[1, 0] = True  # one truncated episode, bootstrapped from its final observation
+    terminated = torch.zeros(T, B, dtype=torch.bool)
+    terminated[2, 1] = True
+    batch = {
+        "obs": obs,
+        "action": action,
+        "reward": torch.tensor([[1.0, 0.0], [0.0, -3.0], [2.0, 1.0]]),  # raw scores, clipped by algo.reward_clip
+        "terminated": terminated,
+        "truncated": truncated,
+        "behaviour_logp": behaviour_logp,
+        "final_index": torch.tensor([1 * B + 0]),
+        "final_obs": torch.randint(0, 256, (1, 4, 84, 84), dtype=torch.uint8, generator=g),
+    }
+    loss, stats = algo.loss(model, batch)
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(stats["vtrace/mean_rho"], torch.tensor(1.0))  # on-policy
+    loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(gr is not None and torch.isfinite(gr).all() for gr in grads)
+    assert model.pi_torso.convs[0].weight.grad.abs().sum() > 0
