@@ -228,12 +228,17 @@ class ActorConfig:
     """Deadline of one hello attempt, and how long a send may wait before the actor checks the learner."""
     stats_interval_s: float = 0.25
     """Finished episodes are sent to the learner at most this often."""
+    env_groups: int = 1
+    """Split the K envs into this many groups stepped in turn, so the policy runs for
+    one group while another steps (double-buffered sampling; pays off when the envs
+    step in their own threads, as ale_vector's do). Chunks are then K / env_groups wide."""
     backpressure: str = "block"
     """When the learner cannot take more data: block (stop stepping until it can) or
     drop (keep stepping, drop the chunk, count it). Either way memory stays flat."""
 
     def __post_init__(self):
         _check(self.backpressure in ("block", "drop"), "actor.backpressure", "must be block or drop")
+        _check(self.env_groups >= 1 and self.num_envs % self.env_groups == 0, "actor.env_groups", "must be >= 1 and divide actor.num_envs")
         _check(self.num_envs >= 1, "actor.num_envs", "must be >= 1")
         _check(self.unroll_length >= 1, "actor.unroll_length", "must be >= 1")
         _check(self.send_hwm >= 1, "actor.send_hwm", "must be >= 1")
@@ -422,10 +427,11 @@ class Config:
     """Where this config came from (for messages)."""
 
     def __post_init__(self):
-        if not getattr(self.algo, "uses_replay", False) and self.learner.batch_size % self.actor.num_envs != 0:
+        width = self.actor.num_envs // self.actor.env_groups  # the columns one chunk fills
+        if not getattr(self.algo, "uses_replay", False) and self.learner.batch_size % width != 0:
             raise ConfigError(
                 f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
-                f"actor.num_envs ({self.actor.num_envs})"
+                f"actor.num_envs / actor.env_groups ({width})"
             )
 
     def to_dict(self) -> dict[str, Any]:

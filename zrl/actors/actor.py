@@ -32,6 +32,7 @@ from zrl.config import Config
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
 from zrl.learner.algorithms.base import Sender
+from zrl.models import flatten_parameters
 
 log = logging.getLogger("zrl.actor")
 
@@ -111,7 +112,8 @@ class LearnerLink:
         self.sub: zmq.Socket | None = None
         self.policy_version = -1
         self.weights_applied = 0
-        self.n_params = sum(p.numel() for p in model.parameters())
+        self.flat = flatten_parameters(model)
+        self.n_params = self.flat.numel()
         self.blocked_s = 0.0  # time spent waiting on back-pressure
         self.dropped = 0  # messages dropped under the "drop" policy
 
@@ -159,7 +161,7 @@ class LearnerLink:
             log.warning("ignoring weights of shape %s (model has %d parameters)", None if params is None else params.shape, self.n_params)
             return
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.from_numpy(params.copy()), self.model.parameters())
+            self.flat.copy_(torch.from_numpy(params))  # one copy into the parameters' shared buffer
         self.policy_version = msg.policy_version
         self.weights_applied += 1
         if self.on_weights is not None:
@@ -273,7 +275,7 @@ class Actor:
         self.link: LearnerLink | None = None
         self.env_steps = 0
         self.model: torch.nn.Module | None = None
-        self.actor_algo = None
+        self.recorders: list = []
 
     @property
     def policy_version(self) -> int:
@@ -289,8 +291,8 @@ class Actor:
         log.info("actor %d: %s", self.index, text)
 
     def _on_weights(self, version: int) -> None:
-        if self.actor_algo is not None:
-            self.actor_algo.policy_version = version
+        for r in self.recorders:
+            r.policy_version = version
 
     # ------------------------------------------------------------------ main loop
 
@@ -299,14 +301,18 @@ class Actor:
         cfg = self.config
         torch.set_num_threads(cfg.actor.torch_threads)
         K = cfg.run.eval_num_envs if self.eval_mode else cfg.actor.num_envs
+        G = 1 if self.eval_mode else cfg.actor.env_groups
+        width = K // G  # envs per group: the columns of one chunk
         seed = self.seed * 10_000 + (5_000 if self.eval_mode else 0) + self.index * K
         torch.manual_seed(seed)
-        env = make_vector_env(cfg.env, K, seed)
+        envs = []
         try:
-            algo = algorithms.get(cfg.algo.name)(cfg, env.observation_spec, env.action_spec)
+            envs = [make_vector_env(cfg.env, width, seed + g * width) for g in range(G)]
+            obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
+            algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
             self.model = algo.build_model()
             self.model.eval()
-            meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, env.observation_spec, env.action_spec, K)
+            meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, obs_spec, action_spec, width)
             self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
                                     send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights,
                                     curve=transport.Curve.from_config(cfg.security))
@@ -314,52 +320,73 @@ class Actor:
                 return 0
             sender = Sender(self.index)
             if self.eval_mode:
-                self.actor_algo = EvalActor(algo, self.model)
+                policy, self.recorders = EvalPolicy(algo, self.model), [NullRecorder()]
             else:
-                self.actor_algo = algo.make_actor(self.model, num_envs=K, actor_index=self.index, num_actors=self.num_actors, seed=seed, sender=sender)
-            self.actor_algo.policy_version = self.policy_version
+                policy = algo.make_policy(self.model, actor_index=self.index, num_actors=self.num_actors, seed=seed)
+                self.recorders = [algo.make_recorder(self.model, num_envs=width, sender=sender) for _ in range(G)]
+            for r in self.recorders:
+                r.policy_version = self.policy_version
             what = "evaluating greedily" if self.eval_mode else "acting"
-            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}, {what}, policy version {self.policy_version}")
-            return self._loop(env, sender)
+            groups = f" in {G} groups" if G > 1 else ""
+            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}{groups}, {what}, policy version {self.policy_version}")
+            return self._loop(envs, policy, sender)
         except LearnerFinished as e:
             self._say(f"learner finished ({e}); exiting")
             return self.env_steps
         finally:
-            env.close()
+            for env in envs:
+                env.close()
             if self.link is not None:
                 self.link.close()
             if self._own_ctx:
                 self.ctx.term()
 
-    def _loop(self, env, sender: Sender) -> int:
-        K = env.num_envs
+    def _loop(self, envs, policy, sender: Sender) -> int:
+        """Steps the env groups in turn. With G > 1 groups, the policy runs on the next
+        group's observations while the current group steps (step_async / step_wait)."""
+        G = len(envs)
+        width = envs[0].num_envs
+        recorders = self.recorders
         ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
         drop = self.config.actor.backpressure == "drop"
         bp_names = (f"actor{self.index}/blocked_s", f"actor{self.index}/dropped_chunks")
         stats_every = self.config.actor.stats_interval_s
-        obs = env.reset()
-        self.actor_algo.begin(obs)
-        ep_ret = np.zeros(K, np.float64)
-        ep_len = np.zeros(K, np.int64)
+        obs = [env.reset() for env in envs]
+        for r, o in zip(recorders, obs):
+            r.begin(o)
+        ep_ret = np.zeros((G, width), np.float64)
+        ep_len = np.zeros((G, width), np.int64)
         done_ret: list[float] = []
         done_len: list[float] = []
         last_stats = time.monotonic()
+
+        def act(g: int) -> np.ndarray:
+            actions, extras = policy.act(obs[g])
+            recorders[g].record(actions, extras)
+            return actions
+
+        envs[0].step_async(act(0))
+        g = 0
         while not self.stop.is_set():
             self.link.poll_weights()
-            actions = self.actor_algo.act(obs)
-            step = env.step(actions)
-            for frame in self.actor_algo.observe(step):
+            nxt = (g + 1) % G
+            if G > 1:
+                next_actions = act(nxt)  # overlaps group g's stepping
+            step = envs[g].step_wait()
+            if G > 1:
+                envs[nxt].step_async(next_actions)
+            for frame in recorders[g].observe(step):
                 self.link.send(frame, drop=drop)
-            self.env_steps += K
-            ep_ret += step.reward
-            ep_len += 1
+            self.env_steps += width
+            ep_ret[g] += step.reward
+            ep_len[g] += 1
             done = step.terminated | step.truncated
             if done.any():
                 for k in np.flatnonzero(done):
-                    done_ret.append(float(ep_ret[k]))
-                    done_len.append(float(ep_len[k]))
-                ep_ret[done] = 0.0
-                ep_len[done] = 0
+                    done_ret.append(float(ep_ret[g, k]))
+                    done_len.append(float(ep_len[g, k]))
+                ep_ret[g, done] = 0.0
+                ep_len[g, done] = 0
             now = time.monotonic()
             if done_ret and now - last_stats >= stats_every:
                 stats = {ret_name: np.array(done_ret), len_name: np.array(done_len),
@@ -367,27 +394,37 @@ class Actor:
                 self.link.send(sender.encode(wire.Kind.STATS, stats, self.policy_version), drop=drop)
                 done_ret, done_len = [], []
                 last_stats = now
-            obs = step.obs
+            obs[g] = step.obs
+            if G == 1:
+                envs[0].step_async(act(0))
+            g = nxt
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
-        return self.env_steps
+        return self.env_steps  # a step still in flight is abandoned: close() stops the env
 
 
-class EvalActor:
-    """Greedy acting for an evaluation actor: it sends no trajectories."""
-
-    policy_version = 0
+class EvalPolicy:
+    """Greedy actions for an evaluation actor."""
 
     def __init__(self, algo, model):
         self.algo = algo
         self.model = model
 
+    def act(self, obs: np.ndarray):
+        with torch.inference_mode():
+            return self.algo.act_eval(self.model, torch.from_numpy(obs), greedy=True).numpy(), {}
+
+
+class NullRecorder:
+    """An evaluation actor records nothing: it sends only its episode returns."""
+
+    policy_version = 0
+
     def begin(self, obs: np.ndarray) -> None:
         pass
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return self.algo.act_eval(self.model, torch.from_numpy(obs), greedy=True).numpy()
+    def record(self, actions, extras) -> None:
+        pass
 
     def observe(self, step) -> list:
         return []

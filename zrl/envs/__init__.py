@@ -38,6 +38,15 @@ class VectorEnv:
     def step(self, actions: np.ndarray) -> Step:
         raise NotImplementedError
 
+    # Split-phase stepping, so an actor can run inference for one group of envs
+    # while another steps. Backends that step in their own threads (ale_vector)
+    # return from step_async at once; the default just steps in step_wait.
+    def step_async(self, actions: np.ndarray) -> None:
+        self._pending_actions = actions
+
+    def step_wait(self) -> Step:
+        return self.step(self._pending_actions)
+
     def close(self) -> None:
         pass
 

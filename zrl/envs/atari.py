@@ -148,6 +148,11 @@ class AleVectorEnv(VectorEnv):
         return obs
 
     def step(self, actions: np.ndarray) -> Step:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Hands the actions to the emulator threads and returns at once."""
         a = np.asarray(actions)
         if a.shape != (self.num_envs,):
             raise ValueError(f"expected {self.num_envs} actions, got shape {a.shape}")
@@ -155,6 +160,8 @@ class AleVectorEnv(VectorEnv):
             a = a.astype(np.int64)
         # Straight to the C++ interface: AtariVectorEnv.step only adds asserts and a paddle array per call.
         self._ale.send(a, self._paddle)
+
+    def step_wait(self) -> Step:
         obs, reward, terminated, truncated, info = self._ale.recv()
         env_id = info["env_id"]
         if not np.array_equal(env_id, self._order):

@@ -41,6 +41,7 @@ from zrl import checkpoint, spaces, transport, wire
 from zrl.config import Config
 from zrl.learner import algorithms
 from zrl.metrics import MetricsWriter, Rate
+from zrl.models import flatten_parameters
 
 log = logging.getLogger("zrl.learner")
 
@@ -62,6 +63,7 @@ class LearnerResult:
     reached: bool
     stop_reason: str
     return_source: str = "train"  # "eval": the greedy evaluation actor's episodes
+    perf: dict | None = None  # whole-run rates from the first batch on (see Learner._perf)
     reached_after_s: float | None = None  # seconds into run() when the target was reached
     reached_at_unix: float | None = None  # wall clock then (zrl run measures from its own start)
 
@@ -78,8 +80,9 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def flat_params(model: torch.nn.Module) -> np.ndarray:
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32).numpy()
+def publishable(flat: torch.Tensor) -> np.ndarray:
+    """The flat weights as a host float32 array (a view on CPU, one copy from a GPU)."""
+    return flat.detach().to("cpu", torch.float32).numpy()
 
 
 class Learner:
@@ -95,8 +98,12 @@ class Learner:
         stop_at_return: float | None = None,
         max_seconds: float | None = None,
         max_env_steps: int | None = None,
+        sink: bool = False,
     ):
         self.config = config
+        # Sink mode (benchmarks): answer hellos and count what arrives, but train on nothing,
+        # so actors run as fast as they can produce and send.
+        self.sink = sink
         self.logdir = Path(logdir) if logdir is not None else None
         self.ckdir = self.logdir / "checkpoints" if self.logdir is not None else None
         self.console = console
@@ -128,6 +135,15 @@ class Learner:
         self.lag_sum = 0.0
         self.lag_n = 0
         self.lag_max = 0
+        # Whole-run aggregates for the final report (zrl bench pipeline reads them).
+        self.run_wait_s = 0.0
+        self.run_train_s = 0.0
+        self.run_samples = 0
+        self.run_lag_sum = 0.0
+        self.run_lag_n = 0
+        self.run_lag_max = 0
+        self.run_first_batch_at: float | None = None
+        self.run_env_steps_at_first_batch = 0
         self.reached_mean: float | None = None
         self.reached_at: float | None = None
         self.reached_unix: float | None = None
@@ -190,6 +206,7 @@ class Learner:
         torch.manual_seed(self.config.run.seed)
         algo = self.algo_cls(self.config, obs_spec, action_spec)
         model = algo.build_model().to(self.device)
+        self.flat = flatten_parameters(model)  # publishing reads this buffer
         lc = self.config.learner
         if lc.optimizer == "adam":
             opt = torch.optim.Adam(model.parameters(), lr=lc.learning_rate, betas=lc.adam_betas, eps=lc.adam_eps)
@@ -214,7 +231,7 @@ class Learner:
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
         self.schema = algo.trajectory_schema(self.config.learner.batch_size)
-        self._latest_weights = (self.updates, flat_params(model))
+        self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 
     def _say(self, text: str) -> None:
@@ -365,6 +382,8 @@ class Learner:
         with self._lock:
             self.env_steps += steps
             self.senders[msg.sender_id] = time.monotonic()
+        if self.sink:
+            return None
         if self.algo.uses_replay:
             self.algo.ingest(msg, bindings)
             return None
@@ -466,7 +485,7 @@ class Learner:
                     stop_reason = "time limit" if time_up() else "stopped"
                     break
             else:
-                stop_reason = self._train(metrics, t_start, time_up)
+                stop_reason = self._sink_until_stopped(time_up) if self.sink else self._train(metrics, t_start, time_up)
             # Stop receiving first, so the counters in the final checkpoint and the result agree.
             self._stop.set()
             self._receiver.join(timeout=5)
@@ -499,6 +518,8 @@ class Learner:
                 if batch is None:  # replay not warm yet: wait for the receiver to fill it
                     self._stop.wait(0.005)
                     wait_s += time.perf_counter() - t_wait
+                    if self.run_first_batch_at is not None:
+                        self.run_wait_s += time.perf_counter() - t_wait
                     continue
                 lag_versions = batch.pop("_policy_version", None)
             else:
@@ -507,7 +528,13 @@ class Learner:
                     continue
                 batch = algo.collate([m for m, _ in items], self.device)
                 lag_versions = [m.policy_version for m, _ in items]
-            wait_s += time.perf_counter() - t_wait
+            t_got = time.perf_counter()
+            wait_s += t_got - t_wait
+            if self.run_first_batch_at is None:
+                self.run_first_batch_at = t_got
+                self.run_env_steps_at_first_batch = self.env_steps
+            else:
+                self.run_wait_s += t_got - t_wait
 
             if lc.lr_decay_env_steps is not None:
                 progress = min(1.0, self.env_steps / lc.lr_decay_env_steps)
@@ -527,7 +554,13 @@ class Learner:
                     self.lag_sum += float(lag.sum())
                     self.lag_n += len(lag)
                     self.lag_max = max(self.lag_max, int(lag.max()))
-            samples += _batch_samples(batch)
+                    self.run_lag_sum += float(lag.sum())
+                    self.run_lag_n += len(lag)
+                    self.run_lag_max = max(self.run_lag_max, int(lag.max()))
+            n_samples = _batch_samples(batch)
+            samples += n_samples
+            self.run_samples += n_samples
+            self.run_train_s += time.perf_counter() - t_got
             if self.updates % lc.publish_interval == 0:
                 self._publish()
             for k, v in stats.items():
@@ -546,10 +579,17 @@ class Learner:
                 self.save_checkpoint(now - t_start)
                 last_ckpt = now
 
+    def _sink_until_stopped(self, time_up) -> str:
+        while not self._stop.wait(0.05):
+            if time_up():
+                return "time limit"
+        return "interrupted"
+
     def _publish(self) -> None:
-        params = flat_params(self.model)
-        frame = wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=self.updates)
-        self._latest_weights = (self.updates, params)
+        frame = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": publishable(self.flat)}, policy_version=self.updates))
+        # Hello replies carry these weights: a read-only view into the (immutable) frame,
+        # so the receiver thread never reads the buffer the optimiser is writing.
+        self._latest_weights = (self.updates, wire.decode(frame).arrays["params"])
         try:
             self.pub.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:
@@ -648,6 +688,7 @@ class Learner:
             reached=reached,
             stop_reason=stop_reason,
             return_source=self.return_source,
+            perf=self._perf(),
             reached_after_s=self.reached_at - t_start if self.reached_at is not None else None,
             reached_at_unix=self.reached_unix,
         )
@@ -659,6 +700,21 @@ class Learner:
         mean_s = f"{mean:.1f}" if mean is not None else "-"
         self._say(f"done ({stop_reason}): {self.env_steps:,} env steps, {self.updates:,} updates, mean return {mean_s}, {elapsed:.1f}s")
         return result
+
+    def _perf(self) -> dict:
+        """Rates over the run from the first batch on (start-up excluded)."""
+        if self.run_first_batch_at is None:
+            return {}
+        span = max(time.perf_counter() - self.run_first_batch_at, 1e-9)
+        return {
+            "seconds": round(span, 3),
+            "env_steps_per_s": round((self.env_steps - self.run_env_steps_at_first_batch) / span, 1),
+            "learner_samples_per_s": round(self.run_samples / span, 1),
+            "train_samples_per_s": round(self.run_samples / self.run_train_s, 1) if self.run_train_s else None,
+            "wait_for_data_frac": round(self.run_wait_s / span, 4),
+            "policy_lag_mean": round(self.run_lag_sum / self.run_lag_n, 3) if self.run_lag_n else None,
+            "policy_lag_max": self.run_lag_max if self.run_lag_n else None,
+        }
 
     def close(self) -> None:
         """Tells actors training is over, stops the receiver, closes sockets."""

@@ -16,7 +16,7 @@ from torch import nn
 from zrl import spaces
 from zrl.config import ModelConfig
 
-__all__ = ["PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "QNetwork", "build_actor_critic", "mlp", "preprocess"]
+__all__ = ["PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "QNetwork", "build_actor_critic", "flatten_parameters", "mlp", "preprocess"]
 
 
 def _act(name: str) -> type[nn.Module]:
@@ -43,6 +43,22 @@ def _cnn_torso(cfg: ModelConfig, obs_spec: spaces.Spec) -> nn.Module:
     from zrl.models.cnn import build_cnn_torso  # cnn.py imports preprocess from here
 
     return build_cnn_torso(cfg, obs_spec)
+
+
+def flatten_parameters(model: nn.Module) -> torch.Tensor:
+    """Moves every parameter into one contiguous buffer and returns it; the parameters
+    become views of it. Publishing weights then reads the buffer without a copy of its
+    own, and applying received weights is one copy into it. Call before making an
+    optimiser (it keeps the same Parameter objects, only their storage changes)."""
+    params = list(model.parameters())
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.data = flat[offset : offset + n].view_as(p)
+            offset += n
+    return flat
 
 
 def preprocess(obs: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,229 @@
+"""`zrl bench pipeline`: how close the whole pipeline runs to its ceilings.
+
+Four measurements, each side by side with its reference in the same run:
+
+1. raw env: the vector env alone (the same backend, K and threads an actor
+   uses) stepped with random actions: the ceiling.
+2. actor sink: one real actor process (`zrl actor`) stepping + batched CPU
+   inference + building and sending chunks to a learner in sink mode, which
+   answers the hello and receives and discards: env steps/s against the raw
+   env rate (target for Atari: at least 80%).
+3. zrl run: a learner and 1, 2, 4 actors training for a while; env steps/s
+   (with the raw single-process env rate as the ceiling), the learner's
+   samples/s, its share of time waiting for data, and policy lag, from the
+   learner's whole-run report (start-up excluded).
+4. learner: zrl's training step on real wire messages (decode views ->
+   collate -> loss with the C++ V-trace -> backward -> clip -> step -> weights
+   encoded for publishing) against a plain PyTorch loop doing the same
+   model, loss and optimiser on tensors already in memory (target: zrl
+   costs under 10% more).
+
+CartPole (default config) and Pong (configs/pong_impala.yaml). On Atari a
+step is frame_skip (4) emulator frames.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from zrl.bench.harness import BenchOptions, BenchResult
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = {"CartPole": ROOT / "configs" / "cartpole_impala.yaml", "Pong": ROOT / "configs" / "pong_impala.yaml"}
+
+
+def _config(name, overrides=()):
+    from zrl.config import load_config
+
+    return load_config(CONFIGS[name], list(overrides))
+
+
+def raw_env_rate(cfg, seconds: float) -> float:
+    from zrl.envs import make_vector_env
+    from zrl import spaces
+
+    env = make_vector_env(cfg.env, cfg.actor.num_envs, 0)
+    rng = np.random.default_rng(0)
+    n = env.action_spec.n if isinstance(env.action_spec, spaces.DiscreteSpec) else None
+    K = env.num_envs
+    try:
+        env.reset()
+        for _ in range(20):
+            env.step(rng.integers(0, n, K))
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            env.step(rng.integers(0, n, K))
+            steps += K
+        return steps / (time.perf_counter() - t0)
+    finally:
+        env.close()
+
+
+def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
+    """One `zrl actor` process against an in-process sink learner; env steps/s it delivers."""
+    from zrl.learner.learner import Learner
+
+    tmp = tempfile.mkdtemp(prefix="zrl-sink-")
+    bind = f"ipc://{tmp}/control"
+    learner = Learner(cfg, bind, None, console=False, sink=True)
+    t = threading.Thread(target=learner.run, daemon=True)
+    t.start()
+    actor = subprocess.Popen([sys.executable, "-m", "zrl", "actor", "--config", str(CONFIGS[name]), "--learner", bind, *[a for o in overrides for a in ("-o", o)]],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while learner.env_steps == 0:
+            if time.monotonic() > deadline or actor.poll() is not None:
+                raise RuntimeError("the actor never delivered data to the sink")
+            time.sleep(0.05)
+        time.sleep(min(2.0, seconds / 2))  # warm-up: the actor's first chunks
+        s0, t0 = learner.env_steps, time.perf_counter()
+        time.sleep(seconds)
+        return (learner.env_steps - s0) / (time.perf_counter() - t0)
+    finally:
+        actor.terminate()
+        try:
+            actor.wait(20)
+        except subprocess.TimeoutExpired:
+            actor.kill()
+            actor.wait()
+        learner.request_stop()
+        t.join(20)
+        learner.close()
+
+
+def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="zrl-pipe-") as d:
+        argv = [sys.executable, "-m", "zrl", "run", "--config", str(CONFIGS[name]), "--actors", str(actors), "--logdir", d,
+                "--max-seconds", str(seconds), "--stop-at-return", "1e9", "-o", "learner.checkpoint_interval_s=1e6"]
+        p = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=seconds + 180)
+        if p.returncode != 0:
+            raise RuntimeError(f"zrl run failed for {name} with {actors} actors")
+        return json.loads((Path(d) / "learner_final.json").read_text())["perf"]
+
+
+def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
+    """Seconds per update: zrl's path from wire messages, and a plain loop on in-memory tensors."""
+    import torch
+
+    from zrl import wire
+    from zrl.envs import probe_specs
+    from zrl.learner import algorithms
+    from zrl.learner.algorithms.base import Sender
+    from zrl.learner.learner import publishable
+    from zrl.models import flatten_parameters
+
+    torch.set_num_threads(cfg.learner.torch_threads)
+    obs_spec, act_spec = probe_specs(cfg.env)
+    algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, act_spec)
+    K, B = cfg.actor.num_envs, cfg.learner.batch_size
+    # Real chunks: a recorder fed by a policy acting on random observations.
+    rng = np.random.default_rng(0)
+    model = algo.build_model()
+    policy = algo.make_policy(model, actor_index=0, num_actors=1, seed=0)
+    rec = algo.make_recorder(model, num_envs=K, sender=Sender(0))
+    from zrl.envs import Step
+
+    def obs():
+        if obs_spec.dtype == "uint8":
+            return rng.integers(0, 256, (K, *obs_spec.shape), dtype=np.uint8)
+        return rng.normal(size=(K, *obs_spec.shape)).astype(obs_spec.dtype)
+
+    frames = []
+    rec.begin(obs())
+    while len(frames) < B // K:
+        a, extras = policy.act(obs())
+        rec.record(a, extras)
+        frames += rec.observe(Step(obs(), rng.normal(size=K).astype(np.float32), rng.random(K) < 0.02, np.zeros(K, bool), {}))
+    frames = [bytes(f) for f in frames]
+    schema = algo.trajectory_schema(B)
+
+    def make(seed):
+        torch.manual_seed(seed)
+        m = algo.build_model()
+        return m, torch.optim.Adam(m.parameters(), lr=1e-4)
+
+    device = torch.device("cpu")
+    # Plain: the batch is tensors already; same loss, optimiser and clipping.
+    plain_batch = algo.collate([wire.decode(f) for f in frames], device)
+    m1, o1 = make(1)
+    torch.manual_seed(1)
+    m2 = algo.build_model()
+    flat2 = flatten_parameters(m2)  # as the learner does, before its optimiser
+    o2 = torch.optim.Adam(m2.parameters(), lr=1e-4)
+
+    def plain_step():
+        loss, _ = algo.loss(m1, plain_batch)
+        o1.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m1.parameters(), cfg.learner.max_grad_norm)
+        o1.step()
+
+    def zrl_step():
+        msgs = [wire.decode(f, allowed_kinds=frozenset({int(wire.Kind.TRAJECTORY)})) for f in frames]
+        for m in msgs:
+            algo.check_values(m, schema.check(m))
+        batch = algo.collate(msgs, device)
+        loss, _ = algo.loss(m2, batch)
+        o2.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m2.parameters(), cfg.learner.max_grad_norm)
+        o2.step()
+        wire.encode(wire.Kind.WEIGHTS, {"params": publishable(flat2)})  # publishing, every update here
+
+    for f in (plain_step, zrl_step):
+        f()
+    zrl_t, plain_t = [], []
+    for _ in range(updates):  # alternate, so noise hits both alike
+        t0 = time.perf_counter()
+        plain_step()
+        t1 = time.perf_counter()
+        zrl_step()
+        t2 = time.perf_counter()
+        plain_t.append(t1 - t0)
+        zrl_t.append(t2 - t1)
+    return float(np.median(zrl_t)), float(np.median(plain_t))
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    quick = opts.quick
+    result = BenchResult(
+        name="pipeline",
+        title="Pipeline: env steps/s against the raw env, the learner's share waiting for data, policy lag, learner overhead",
+        columns=["measurement", "env", "n", "zrl", "reference", "ratio", "learner_samples/s", "wait_for_data", "lag_mean"],
+    )
+    envs = ["CartPole", "Pong"]
+    secs = 2.0 if quick else 8.0
+    for name in envs:
+        cfg = _config(name)
+        raw = raw_env_rate(cfg, secs)
+        result.add(measurement="raw env (steps/s)", env=name, n=cfg.actor.num_envs, zrl="", reference=raw, ratio="")
+        sink = actor_sink_rate(name, cfg, secs)
+        result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=sink / raw)
+        for actors in ([1, 2] if quick else [1, 2, 4]):
+            perf = zrl_run_perf(name, actors, (6.0 if quick else 30.0) if name == "CartPole" else (10.0 if quick else 60.0))
+            result.add(measurement="zrl run (env steps/s)", env=name, n=actors, zrl=perf["env_steps_per_s"], reference=raw,
+                       ratio=perf["env_steps_per_s"] / raw, **{"learner_samples/s": perf["learner_samples_per_s"],
+                                                               "wait_for_data": perf["wait_for_data_frac"], "lag_mean": perf["policy_lag_mean"]})
+        z, p = learner_overhead(name, cfg, 5 if quick else (20 if name == "Pong" else 200))
+        result.add(measurement="learner update (ms)", env=name, n=cfg.learner.batch_size, zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
+    result.notes += [
+        "raw env: the actor's vector env (same backend, K and emulator threads) stepped with random actions in one process; "
+        "the ceiling for everything below. Pong: 1 step = 4 emulator frames.",
+        "actor -> sink: one `zrl actor` process (stepping, batched inference, chunks sent) against a learner that receives and "
+        "discards; ratio = its steps/s over the raw env's (target >= 0.8 on Atari).",
+        "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
+        "(n actors share the same 2 cores with the learner). wait_for_data = the learner's share of time waiting for a batch.",
+        "learner update: median ms per update, zrl's path from wire messages (decode, checks, collate, loss with C++ V-trace, "
+        "backward, clip, step, weights encoded) vs a plain PyTorch loop on the same batch already in tensors; "
+        "n = batch columns; target ratio <= 1.10.",
+    ]
+    return result
