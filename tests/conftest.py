@@ -39,6 +39,23 @@ def endpoint():
     return f"inproc://zrl-test-{uuid.uuid4().hex[:12]}"
 
 
+def good_trajectory(cfg) -> dict:
+    """The arrays of a valid IMPALA chunk for a CartPole config (all zeros)."""
+    import numpy as np
+
+    T, K = cfg.actor.unroll_length, cfg.actor.num_envs
+    return {
+        "obs": np.zeros((T + 1, K, 4), np.float32),
+        "action": np.zeros((T, K), np.int64),
+        "reward": np.zeros((T, K), np.float32),
+        "terminated": np.zeros((T, K), bool),
+        "truncated": np.zeros((T, K), bool),
+        "behaviour_logp": np.zeros((T, K), np.float32),
+        "final_index": np.zeros(0, np.int32),
+        "final_obs": np.zeros((0, 4), np.float32),
+    }
+
+
 def small_config(*overrides: str):
     """The default config, scaled down for logic tests (fast, small batches)."""
     base = [

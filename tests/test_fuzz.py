@@ -10,7 +10,7 @@ import zmq
 
 from zrl import wire
 from zrl.server import AgentServer
-from conftest import Running, small_config, wait_for
+from conftest import Running, good_trajectory, small_config, wait_for
 
 N_LEARNER = 6000
 N_SERVER = 4000
@@ -44,20 +44,6 @@ def _flip_descriptor(valid: bytes, rng) -> bytes:
     off = wire.HEADER_SIZE + 32  # the first descriptor's dtype code
     b[off] = int(rng.integers(12, 256))
     return bytes(b)
-
-
-def good_trajectory(cfg):
-    T, K = cfg.actor.unroll_length, cfg.actor.num_envs
-    return {
-        "obs": np.zeros((T + 1, K, 4), np.float32),
-        "action": np.zeros((T, K), np.int64),
-        "reward": np.zeros((T, K), np.float32),
-        "terminated": np.zeros((T, K), bool),
-        "truncated": np.zeros((T, K), bool),
-        "behaviour_logp": np.zeros((T, K), np.float32),
-        "final_index": np.zeros(0, np.int32),
-        "final_obs": np.zeros((0, 4), np.float32),
-    }
 
 
 @pytest.mark.timeout(240)

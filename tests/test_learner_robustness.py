@@ -5,7 +5,7 @@ import numpy as np
 import zmq
 
 from zrl import wire
-from conftest import small_config, wait_for
+from conftest import good_trajectory, small_config, wait_for
 
 
 def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, make_actor):
@@ -18,16 +18,7 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
     push.setsockopt(zmq.LINGER, 0)
     push.connect(learner.trajectory_endpoint)
     T, K = cfg.actor.unroll_length, cfg.actor.num_envs
-    good = {
-        "obs": np.zeros((T + 1, K, 4), np.float32),
-        "action": np.zeros((T, K), np.int64),
-        "reward": np.zeros((T, K), np.float32),
-        "terminated": np.zeros((T, K), bool),
-        "truncated": np.zeros((T, K), bool),
-        "behaviour_logp": np.zeros((T, K), np.float32),
-        "final_index": np.zeros(0, np.int32),
-        "final_obs": np.zeros((0, 4), np.float32),
-    }
+    good = good_trajectory(cfg)
     valid = bytes(wire.encode(wire.Kind.TRAJECTORY, good))
     bad = {
         "too_short": [b"", b"x", valid[:20]],

@@ -59,15 +59,7 @@ class GymnasiumVectorEnv(VectorEnv):
     """
 
     def __init__(self, cfg: EnvConfig, num_envs: int, seed: int):
-        import gymnasium as gym
-
-        kwargs = dict(cfg.kwargs)
-        if cfg.max_episode_steps is not None:
-            kwargs["max_episode_steps"] = cfg.max_episode_steps
-        try:
-            self.envs = [gym.make(cfg.id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
-        except gym.error.Error as e:
-            raise ValueError(f"env.id: cannot make {cfg.id!r}: {e}") from None
+        self.envs = self._make_envs(cfg, num_envs)
         self.num_envs = num_envs
         self.seed = seed
         self.observation_spec = spaces.from_gym(self.envs[0].observation_space)
@@ -79,6 +71,21 @@ class GymnasiumVectorEnv(VectorEnv):
         self._trunc = np.zeros(num_envs, np.bool_)
         self._discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
 
+    def _make_envs(self, cfg: EnvConfig, num_envs: int) -> list:
+        import gymnasium as gym
+
+        kwargs = dict(cfg.kwargs)
+        if cfg.max_episode_steps is not None:
+            kwargs["max_episode_steps"] = cfg.max_episode_steps
+        try:
+            return [gym.make(cfg.id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
+        except gym.error.Error as e:
+            raise ValueError(f"env.id: cannot make {cfg.id!r}: {e}") from None
+
+    def _episode_over(self, terminated: bool, truncated: bool, info: dict) -> bool:
+        """Whether the env must be reset (a subclass may keep a game going past a terminal life)."""
+        return terminated or truncated
+
     def reset(self) -> np.ndarray:
         for k, env in enumerate(self.envs):
             self._obs[k], _ = env.reset(seed=self.seed + k)
@@ -89,13 +96,13 @@ class GymnasiumVectorEnv(VectorEnv):
         final: dict[int, np.ndarray] = {}
         acts = actions.tolist() if self._discrete else actions
         for k, env in enumerate(self.envs):
-            o, r, te, tr, _ = env.step(acts[k])
+            o, r, te, tr, info = env.step(acts[k])
             rew[k] = r
             term[k] = te
             trunc[k] = tr and not te
-            if te or tr:
-                if tr and not te:
-                    final[k] = np.asarray(o)
+            if tr and not te:
+                final[k] = np.array(o)  # a copy: wrappers may reuse their buffers
+            if self._episode_over(te, tr, info):
                 o, _ = env.reset()
             obs[k] = o
         return Step(obs.copy(), rew.copy(), term.copy(), trunc.copy(), final)

@@ -42,7 +42,7 @@ import numpy as np
 
 from zrl import spaces
 from zrl.config import EnvConfig
-from zrl.envs import Step, VectorEnv
+from zrl.envs import GymnasiumVectorEnv, Step, VectorEnv
 
 __all__ = ["AleVectorEnv", "GymAtariVectorEnv", "is_atari", "rom_name", "make_atari_env"]
 
@@ -181,46 +181,19 @@ class AleVectorEnv(VectorEnv):
             vec.close()
 
 
-class GymAtariVectorEnv(VectorEnv):
-    """K gymnasium AtariEnvs with DeepMind preprocessing in numpy, stepped in a loop."""
+class GymAtariVectorEnv(GymnasiumVectorEnv):
+    """K gymnasium AtariEnvs with DeepMind preprocessing in numpy, stepped in a loop.
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int):
+    Under episodic_life a lost life is `terminated` for learning while the game
+    goes on; only the game's real end resets the env.
+    """
+
+    def _make_envs(self, cfg: EnvConfig, num_envs: int) -> list:
         game = rom_name(cfg.id)
-        self.envs = [_make_gym_atari(game, cfg) for _ in range(num_envs)]
-        self.num_envs = num_envs
-        self.seed = int(seed)
-        self.observation_spec = spaces.from_gym(self.envs[0].observation_space)
-        self.action_spec = spaces.from_gym(self.envs[0].action_space)
-        self._obs = np.zeros((num_envs, *self.observation_spec.shape), np.uint8)
-        self._reward = np.zeros(num_envs, np.float32)
-        self._term = np.zeros(num_envs, np.bool_)
-        self._trunc = np.zeros(num_envs, np.bool_)
+        return [_make_gym_atari(game, cfg) for _ in range(num_envs)]
 
-    def reset(self) -> np.ndarray:
-        for k, env in enumerate(self.envs):
-            self._obs[k], _ = env.reset(seed=self.seed + k)
-        return self._obs.copy()
-
-    def step(self, actions: np.ndarray) -> Step:
-        obs, rew, term, trunc = self._obs, self._reward, self._term, self._trunc
-        final: dict[int, np.ndarray] = {}
-        for k, (env, a) in enumerate(zip(self.envs, np.asarray(actions).tolist())):
-            o, r, te, tr, info = env.step(a)
-            rew[k] = r
-            term[k] = te
-            trunc[k] = tr and not te
-            if tr and not te:
-                final[k] = np.array(o)  # FrameStackObservation reuses its buffer
-                o, _ = env.reset()
-            elif info["episode_over"]:
-                o, _ = env.reset()
-            # else at most a lost life under episodic_life: terminated for learning, the game goes on.
-            obs[k] = o
-        return Step(obs.copy(), rew.copy(), term.copy(), trunc.copy(), final)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
+    def _episode_over(self, terminated: bool, truncated: bool, info: dict) -> bool:
+        return truncated or info["episode_over"]
 
 
 def _make_gym_atari(game: str, cfg: EnvConfig) -> gym.Env:

@@ -1,0 +1,75 @@
+"""`zrl bench pong`: a short IMPALA run on Pong, to see the return curve move.
+
+Runs `zrl run --config configs/pong_impala.yaml` for a few minutes (10 by
+default; `--quick`: 90 s), then reads the learner's TensorBoard scalars and
+reports the mean episode return (game score, unclipped) over time, env
+frames/s (a step is 4 emulator frames), learner samples/s and the learner's
+share of time waiting for data; writes DIR/pong.png with the curve. Random
+play scores about -20.5; the curve starting to rise is the point, not a
+solved game, on a CPU learner.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from zrl.bench.harness import BenchOptions, BenchResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    seconds = 90.0 if opts.quick else 600.0
+    result = BenchResult(
+        name="pong",
+        title=f"Pong (IMPALA, shallow CNN, CPU learner): mean episode return over a {seconds:.0f} s run",
+        columns=["minute", "env_frames", "mean_return", "env_frames/s"],
+    )
+    with tempfile.TemporaryDirectory(prefix="zrl-pong-") as d:
+        argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / "pong_impala.yaml"), "--logdir", d,
+                "--max-seconds", str(seconds), "-o", "learner.checkpoint_interval_s=1e6"]
+        subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=seconds + 300)
+        final = json.loads((Path(d) / "learner_final.json").read_text())
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        ea = EventAccumulator(d, size_guidance={"scalars": 0})
+        ea.Reload()
+        ret = ea.Scalars("episode/return") if "episode/return" in ea.Tags()["scalars"] else []
+        fps = {e.step: e.value for e in ea.Scalars("perf/env_frames_per_s")} if "perf/env_frames_per_s" in ea.Tags()["scalars"] else {}
+    if ret:
+        t0 = ret[0].wall_time
+        per_minute: dict[int, list] = {}
+        for e in ret:
+            per_minute.setdefault(int((e.wall_time - t0) // 60), []).append(e)
+        for minute, es in sorted(per_minute.items()):
+            last = es[-1]
+            result.add(minute=minute + 1, env_frames=last.step * 4, mean_return=last.value, **{"env_frames/s": 4 * fps.get(last.step, 0.0)})
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            ax.plot([(e.wall_time - t0) / 60 for e in ret], [e.value for e in ret])
+            ax.set_xlabel("minutes")
+            ax.set_ylabel("mean return (last 100 episodes)")
+            ax.set_title("zrl IMPALA on Pong, CPU learner, 2 cores")
+            ax.grid(alpha=0.3)
+            opts.out.mkdir(parents=True, exist_ok=True)
+            fig.tight_layout()
+            fig.savefig(opts.out / "pong.png", dpi=100)
+            result.notes.append(f"Curve: {opts.out / 'pong.png'}")
+        except ImportError:
+            result.notes.append("matplotlib is not installed: no plot (pip install -e .[bench]).")
+    perf = final.get("perf") or {}
+    result.notes.append(
+        f"{final['env_steps']:,} env steps = {4 * final['env_steps']:,} frames in {final['train_seconds']:.0f} s; "
+        f"env {4 * perf.get('env_steps_per_s', 0):,.0f} frames/s, learner {4 * perf.get('learner_samples_per_s', 0):,.0f} frames/s, "
+        f"learner waiting for data {100 * perf.get('wait_for_data_frac', 0):.0f}% of the time, policy lag {perf.get('policy_lag_mean')}."
+    )
+    result.extra["final"] = final
+    return result
