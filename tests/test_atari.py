@@ -238,9 +238,13 @@ def test_cnn_on_vector_observations_is_a_clear_error():
         ActorCritic(ModelConfig(network="impala_shallow"), spaces.BoxSpec((4,)), spaces.DiscreteSpec(2))
 
 
-def test_lstm_core_is_not_available_yet():
+def test_cnn_with_an_lstm_core_steps_and_the_q_network_refuses_one():
+    model = ActorCritic(ModelConfig(network="impala_shallow", lstm_size=32), OBS, PONG_ACTIONS)
+    obs = torch.zeros((2, *OBS.shape), dtype=torch.uint8)
+    params, value, (h, c) = model.step(obs, model.initial_state(2))
+    assert params.shape == (2, PONG_ACTIONS.n) and value.shape == (2,) and h.shape == (2, 32)
     with pytest.raises(NotImplementedError, match="LSTM"):
-        ActorCritic(ModelConfig(network="impala_shallow", lstm_size=256), OBS, PONG_ACTIONS)
+        QNetwork(ModelConfig(network="impala_shallow", lstm_size=32), OBS, PONG_ACTIONS)
 
 
 @pytest.mark.parametrize("network", ["impala_shallow", "impala_deep"])

@@ -4,12 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from zrl import checkpoint, spaces
 from zrl.config import EnvConfig, config_from_dict
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
+from zrl.learner.algorithms.base import reset_rows
 
 
 def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
@@ -17,16 +17,19 @@ def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     env = make_vector_env(env_cfg, min(num_envs, episodes), seed)
+    policy = algo.make_eval_policy(model, greedy)
     returns: list[float] = []
     try:
         obs = env.reset()
+        state = policy.initial_state(env.num_envs)
         ep_ret = np.zeros(env.num_envs)
         while len(returns) < episodes:
-            with torch.inference_mode():
-                actions = algo.act_eval(model, torch.from_numpy(obs), greedy).numpy()
+            actions, extras = policy.act(obs, state)
             step = env.step(actions)
+            done = step.terminated | step.truncated
+            state = reset_rows(extras.get("state"), done)
             ep_ret += step.reward
-            for k in np.flatnonzero(step.terminated | step.truncated):
+            for k in np.flatnonzero(done):
                 returns.append(float(ep_ret[k]))
                 ep_ret[k] = 0.0
             obs = step.obs

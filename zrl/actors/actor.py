@@ -31,7 +31,7 @@ from zrl import spaces, transport, wire
 from zrl.config import Config
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
-from zrl.learner.algorithms.base import Sender
+from zrl.learner.algorithms.base import Sender, reset_rows
 from zrl.models import flatten_parameters
 
 log = logging.getLogger("zrl.actor")
@@ -320,7 +320,7 @@ class Actor:
                 return 0
             sender = Sender(self.index)
             if self.eval_mode:
-                policy, self.recorders = EvalPolicy(algo, self.model), [NullRecorder()]
+                policy, self.recorders = algo.make_eval_policy(self.model, greedy=True), [NullRecorder()]
             else:
                 policy = algo.make_policy(self.model, actor_index=self.index, num_actors=self.num_actors, seed=seed)
                 self.recorders = [algo.make_recorder(self.model, num_envs=width, sender=sender) for _ in range(G)]
@@ -354,6 +354,7 @@ class Actor:
         obs = [env.reset() for env in envs]
         for r, o in zip(recorders, obs):
             r.begin(o)
+        states = [policy.initial_state(width) for _ in envs]  # recurrent core state per group (None if none)
         ep_ret = np.zeros((G, width), np.float64)
         ep_len = np.zeros((G, width), np.int64)
         done_ret: list[float] = []
@@ -361,7 +362,8 @@ class Actor:
         last_stats = time.monotonic()
 
         def act(g: int) -> np.ndarray:
-            actions, extras = policy.act(obs[g])
+            actions, extras = policy.act(obs[g], states[g])
+            states[g] = extras.pop("state", None)
             recorders[g].record(actions, extras)
             return actions
 
@@ -381,6 +383,7 @@ class Actor:
             ep_ret[g] += step.reward
             ep_len[g] += 1
             done = step.terminated | step.truncated
+            states[g] = reset_rows(states[g], done)
             if done.any():
                 for k in np.flatnonzero(done):
                     done_ret.append(float(ep_ret[g, k]))
@@ -401,18 +404,6 @@ class Actor:
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps  # a step still in flight is abandoned: close() stops the env
-
-
-class EvalPolicy:
-    """Greedy actions for an evaluation actor."""
-
-    def __init__(self, algo, model):
-        self.algo = algo
-        self.model = model
-
-    def act(self, obs: np.ndarray):
-        with torch.inference_mode():
-            return self.algo.act_eval(self.model, torch.from_numpy(obs), greedy=True).numpy(), {}
 
 
 class NullRecorder:

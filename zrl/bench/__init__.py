@@ -12,5 +12,11 @@ from __future__ import annotations
 # name -> module under zrl.bench; each module has `run(opts) -> BenchResult`.
 BENCHMARKS: dict[str, str] = {
     "kernels": "zrl.bench.kernels",
+    "client": "zrl.bench.client",
+    "soak": "zrl.bench.soak",
+    "pipeline": "zrl.bench.pipeline",
+    "learning": "zrl.bench.learning",
+    "pong": "zrl.bench.pong",
     "replay": "zrl.bench.replay",
+    "transport": "zrl.bench.transport",
 }

@@ -34,9 +34,9 @@ def mlp(in_dim: int, sizes: tuple[int, ...], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _check_core(cfg: ModelConfig) -> None:
+def _check_no_core(cfg: ModelConfig, what: str) -> None:
     if cfg.lstm_size > 0:
-        raise NotImplementedError("model.lstm_size > 0: the LSTM core is not available yet (set model.lstm_size: 0)")
+        raise NotImplementedError(f"model.lstm_size > 0: {what} has no LSTM core (set model.lstm_size: 0)")
 
 
 def _cnn_torso(cfg: ModelConfig, obs_spec: spaces.Spec) -> nn.Module:
@@ -156,15 +156,18 @@ class ActorCritic(nn.Module):
 
     An MLP torso sees flattened observations; a CNN torso (model.network
     impala_*) sees [N, C, H, W] as they arrive and is shared by policy and value.
+    With model.lstm_size > 0 an LSTM core sits between the (then shared) torso
+    and the heads: `step` advances it one step for N envs, `unroll` runs it over
+    [T, B] with the state reset to zero wherever an episode starts.
     """
 
     def __init__(self, cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         super().__init__()
-        _check_core(cfg)
         if not isinstance(obs_spec, spaces.BoxSpec):
             raise ValueError(f"observations must be a box, got {obs_spec}")
         self.obs_dim = math.prod(obs_spec.shape)
         self.cnn = cfg.network != "mlp"
+        self.recurrent = cfg.lstm_size > 0
         if self.cnn:
             self.shared = True
             self.pi_torso = _cnn_torso(cfg, obs_spec)
@@ -172,9 +175,12 @@ class ActorCritic(nn.Module):
             out = self.pi_torso.out_dim
         else:
             out = cfg.hidden_sizes[-1] if cfg.hidden_sizes else self.obs_dim
-            self.shared = cfg.shared_torso
+            self.shared = cfg.shared_torso or self.recurrent
             self.pi_torso = mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
             self.v_torso = None if self.shared else mlp(self.obs_dim, cfg.hidden_sizes, cfg.activation)
+        self.core = nn.LSTMCell(out, cfg.lstm_size) if self.recurrent else None
+        if self.recurrent:
+            out = cfg.lstm_size
         self.head = make_head(out, action_spec)
         self.value = nn.Linear(out, 1)
         nn.init.orthogonal_(self.value.weight, 1.0)
@@ -186,6 +192,8 @@ class ActorCritic(nn.Module):
         return preprocess(obs).reshape(obs.shape[0], self.obs_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.recurrent:
+            raise RuntimeError("a recurrent model runs with step() or unroll(), which carry its state")
         x = self._flat(obs)
         h = self.pi_torso(x)
         hv = h if self.shared else self.v_torso(x)
@@ -199,6 +207,38 @@ class ActorCritic(nn.Module):
         x = self._flat(obs)
         return self.value(self.pi_torso(x) if self.shared else self.v_torso(x)).squeeze(-1)
 
+    # -- the LSTM core
+    def initial_state(self, n: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        size = self.core.hidden_size
+        return torch.zeros(n, size, device=device), torch.zeros(n, size, device=device)
+
+    def step(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        """One step for N envs: (policy parameters, value, new state)."""
+        h, c = self.core(self.pi_torso(self._flat(obs)), state)
+        return self.head(h), self.value(h).squeeze(-1), (h, c)
+
+    def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], first: torch.Tensor):
+        """obs [T, B, ...] from `state` ([B, H] each); first [T, B] marks episode starts (state reset to 0).
+
+        Returns params [T, B, P], values [T, B] and the states after each step ([T, B, H] each).
+        """
+        T, B = obs.shape[:2]
+        feats = self.pi_torso(self._flat(obs.reshape(T * B, *obs.shape[2:]))).reshape(T, B, -1)
+        h, c = state
+        hs, cs = [], []
+        for t in range(T):
+            keep = (~first[t]).float().unsqueeze(-1)
+            h, c = self.core(feats[t], (h * keep, c * keep))
+            hs.append(h)
+            cs.append(c)
+        h_all, c_all = torch.stack(hs), torch.stack(cs)
+        return self.head(h_all), self.value(h_all).squeeze(-1), (h_all, c_all)
+
+    def value_after(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """V(obs) for N observations that continue from `state` (truncated episodes' final observations)."""
+        h, _ = self.core(self.pi_torso(self._flat(obs)), state)
+        return self.value(h).squeeze(-1)
+
 
 def build_actor_critic(cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec) -> ActorCritic:
     return ActorCritic(cfg, obs_spec, action_spec)
@@ -209,7 +249,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, cfg: ModelConfig, obs_spec: spaces.Spec, action_spec: spaces.Spec, dueling: bool = True):
         super().__init__()
-        _check_core(cfg)
+        _check_no_core(cfg, "the Q-network (apex_dqn)")
         if not isinstance(action_spec, spaces.DiscreteSpec):
             raise ValueError(f"Q-learning needs discrete actions, got {action_spec}")
         if not isinstance(obs_spec, spaces.BoxSpec):

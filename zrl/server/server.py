@@ -63,6 +63,7 @@ class Session:
     steps: int = 0
     episode_return: float = 0.0
     episode_length: int = 0
+    state: tuple | None = None  # a recurrent policy's core state for this client ([1, H] arrays)
 
 
 @dataclass
@@ -302,6 +303,7 @@ class AgentServer:
             session.in_episode = True
             session.episode_return = 0.0
             session.episode_length = 0
+            session.state = self.policy.initial_state(1)  # a new episode starts from a fresh core state
             batch.append((session, msg.seq, obs))
             return
         if not session.in_episode:
@@ -325,10 +327,16 @@ class AgentServer:
     def _answer(self, batch: list) -> None:
         """One forward pass for every request that needs an action."""
         obs = np.stack([o for _, _, o in batch])
-        actions, extras = self.policy.act(obs)
+        state = None
+        if batch[0][0].state is not None:  # recurrent: the clients' core states, stacked like their observations
+            state = tuple(np.concatenate(parts) for parts in zip(*(s.state for s, _, _ in batch)))
+        actions, extras = self.policy.act(obs, state)
+        new_state = extras.pop("state", None)
         self.stats.batches += 1
         self.stats.batch_sizes += len(batch)
         for i, (session, seq, _) in enumerate(batch):
+            if new_state is not None:
+                session.state = tuple(x[i : i + 1] for x in new_state)
             session.recorder.record(actions[i : i + 1], {k: v[i : i + 1] for k, v in extras.items()})
             a = actions[i]
             arr = np.asarray(a, np.int64) if self._act_discrete else np.asarray(a, np.float32)

@@ -46,7 +46,7 @@ class ApexPolicy(Policy):
         self.n_actions = n_actions
         self.rng = np.random.default_rng(seed)
 
-    def act(self, obs: np.ndarray):
+    def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():
             q = self.model(torch.from_numpy(obs)).numpy()
         actions = q.argmax(1)
@@ -208,12 +208,9 @@ class ApexDQN(Algorithm):
     def make_recorder(self, model, *, num_envs, sender) -> ApexRecorder:
         return ApexRecorder(self, model, num_envs, sender)
 
-    def act_eval(self, model: QNetwork, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
-        q = model(obs)
-        if greedy:
-            return q.argmax(1)
-        explore = torch.rand(q.shape[0]) < 0.001  # the paper's evaluation epsilon
-        return torch.where(explore, torch.randint(0, q.shape[1], (q.shape[0],)), q.argmax(1))
+    def make_eval_policy(self, model: QNetwork, greedy: bool = True) -> Policy:
+        # Greedy, or the paper's evaluation epsilon of 0.001.
+        return ApexPolicy(model, 0.0 if greedy else 0.001, self.action_spec.n, seed=12345)
 
     # -- learner: replay
     def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:

@@ -18,14 +18,34 @@ FrameFn = Callable[..., Any]
 class Policy:
     """Acting, batched: the part of an algorithm that turns observations into actions.
 
-    `act(obs[N]) -> (actions[N], extras)` where extras are per-row arrays a
-    recorder needs (IMPALA: behaviour_logp; Ape-X: the chosen action's Q).
-    One policy serves an actor's K envs, or all of the agent server's
-    clients in one forward pass.
+    `act(obs[N], state) -> (actions[N], extras)` where extras are per-row
+    arrays a recorder needs (IMPALA: behaviour_logp; Ape-X: the chosen
+    action's Q). One policy serves an actor's K envs, or all of the agent
+    server's clients in one forward pass.
+
+    A recurrent policy also takes the core state of the N rows (a tuple of
+    [N, ...] arrays, from `initial_state` at first), returns the next one as
+    extras["state"], and the state it acted from as extras["core_h"] /
+    extras["core_c"] for the recorder. Whoever steps the envs owns the state:
+    it keeps extras["state"] for the next call and resets the rows of envs
+    whose episode ended (`reset_rows`). Feed-forward policies use None.
     """
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def initial_state(self, n: int):
+        return None
+
+    def act(self, obs: np.ndarray, state=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         raise NotImplementedError
+
+
+def reset_rows(state, done: np.ndarray):
+    """Zeroes the core state of the rows whose episode ended (a copy; None stays None)."""
+    if state is None or not done.any():
+        return state
+    out = tuple(np.array(x) for x in state)
+    for x in out:
+        x[done] = 0.0
+    return out
 
 
 class Recorder:
@@ -70,13 +90,16 @@ class ActorAlgo:
 
     def begin(self, obs: np.ndarray) -> None:
         self.recorder.begin(obs)
+        self.state = self.policy.initial_state(len(obs))
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        actions, extras = self.policy.act(obs)
+        actions, extras = self.policy.act(obs, self.state)
+        self.state = extras.pop("state", None)
         self.recorder.record(actions, extras)
         return actions
 
     def observe(self, step: Step) -> list[Any]:
+        self.state = reset_rows(self.state, step.terminated | step.truncated)
         return self.recorder.observe(step)
 
 
@@ -125,8 +148,8 @@ class Algorithm:
         policy = self.make_policy(model, actor_index=actor_index, num_actors=num_actors, seed=seed)
         return ActorAlgo(policy, self.make_recorder(model, num_envs=num_envs, sender=sender))
 
-    def act_eval(self, model: torch.nn.Module, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
-        """Actions for evaluation: greedy, or sampled from the policy."""
+    def make_eval_policy(self, model: torch.nn.Module, greedy: bool = True) -> Policy:
+        """A policy for evaluation: greedy, or sampled (records nothing)."""
         raise NotImplementedError
 
     # -- learner side, stream mode

@@ -27,6 +27,12 @@ from zrl.learner.vtrace import from_importance_weights
 from zrl.models import ActorCritic, build_actor_critic
 
 
+def _core_fields(algo, K) -> list:
+    """The LSTM state a chunk starts from (none without an LSTM core)."""
+    H = algo.config.model.lstm_size
+    return [("core_h0", np.float32, (K, H)), ("core_c0", np.float32, (K, H))] if H else []
+
+
 def _action_layout(action_spec: spaces.Spec) -> tuple[np.dtype, tuple[int, ...]]:
     if isinstance(action_spec, spaces.DiscreteSpec):
         return np.dtype(np.int64), ()
@@ -34,17 +40,48 @@ def _action_layout(action_spec: spaces.Spec) -> tuple[np.dtype, tuple[int, ...]]
 
 
 class ImpalaPolicy(Policy):
-    """Samples from the policy; records log mu(a|x) for V-trace."""
+    """Samples from the policy; records log mu(a|x) for V-trace (and the core state it acted from)."""
 
     def __init__(self, model: ActorCritic):
         self.model = model
 
-    def act(self, obs: np.ndarray):
+    def initial_state(self, n: int):
+        if not self.model.recurrent:
+            return None
+        return tuple(x.numpy() for x in self.model.initial_state(n))
+
+    def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():
-            params = self.model.policy(torch.from_numpy(obs))
+            x = torch.from_numpy(obs)
+            if self.model.recurrent:
+                params, _, new = self.model.step(x, tuple(torch.from_numpy(s) for s in state))
+            else:
+                params = self.model.policy(x)
             action = self.model.head.sample(params)
             logp = self.model.head.log_prob(params, action)
-        return action.numpy(), {"behaviour_logp": logp.numpy()}
+        extras = {"behaviour_logp": logp.numpy()}
+        if self.model.recurrent:
+            extras.update(state=tuple(s.numpy() for s in new), core_h=state[0], core_c=state[1])
+        return action.numpy(), extras
+
+
+class ImpalaEvalPolicy(ImpalaPolicy):
+    """Greedy (the mode) or sampled actions for evaluation; nothing recorded."""
+
+    def __init__(self, model: ActorCritic, greedy: bool):
+        super().__init__(model)
+        self.greedy = greedy
+
+    def act(self, obs: np.ndarray, state=None):
+        with torch.inference_mode():
+            x = torch.from_numpy(obs)
+            if self.model.recurrent:
+                params, _, new = self.model.step(x, tuple(torch.from_numpy(s) for s in state))
+            else:
+                params, new = self.model.policy(x), None
+            head = self.model.head
+            action = head.mode(params) if self.greedy else head.sample(params)
+        return action.numpy(), ({"state": tuple(s.numpy() for s in new)} if new is not None else {})
 
 
 class ImpalaRecorder(Recorder):
@@ -65,10 +102,12 @@ class ImpalaRecorder(Recorder):
             ("terminated", np.bool_, (T, K)),
             ("truncated", np.bool_, (T, K)),
             ("behaviour_logp", np.float32, (T, K)),
+            *_core_fields(algo, K),
             # Variable rows last: final_obs, the largest, is cut at the used rows.
             ("final_index", np.int32, (K,)),
             ("final_obs", obs_dtype, (K, *obs_shape)),
         ]
+        self.recurrent = algo.config.model.lstm_size > 0
         self.layout = wire.Layout(wire.Kind.TRAJECTORY, self.fields)
         self.msg = self.layout.allocate()
         self.t = 0
@@ -83,6 +122,9 @@ class ImpalaRecorder(Recorder):
         a = self.msg.arrays
         a["action"][self.t] = actions
         a["behaviour_logp"][self.t] = extras["behaviour_logp"]
+        if self.recurrent and self.t == 0:  # the state the chunk starts from: the learner unrolls from it
+            a["core_h0"][:] = extras["core_h"]
+            a["core_c0"][:] = extras["core_c"]
 
     def observe(self, step: Step) -> list:
         a, t = self.msg.arrays, self.t
@@ -146,6 +188,7 @@ class Impala(Algorithm):
                 F("terminated", np.bool_, ("T", "K")),
                 F("truncated", np.bool_, ("T", "K")),
                 F("behaviour_logp", np.float32, ("T", "K")),
+                *(F(name, dt, ("K", *shape[1:])) for name, dt, shape in _core_fields(self, 1)),
                 F("final_index", np.int32, ("M",)),
                 F("final_obs", obs_dtype, ("M", *obs_shape)),
             ],
@@ -159,9 +202,8 @@ class Impala(Algorithm):
     def make_recorder(self, model, *, num_envs, sender) -> ImpalaRecorder:
         return ImpalaRecorder(self, num_envs, sender)
 
-    def act_eval(self, model: ActorCritic, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
-        params = model.policy(obs)
-        return model.head.mode(params) if greedy else model.head.sample(params)
+    def make_eval_policy(self, model: ActorCritic, greedy: bool = True) -> Policy:
+        return ImpalaEvalPolicy(model, greedy)
 
     # -- learner
     def columns(self, msg: wire.Message, bindings: dict[str, int]) -> int:
@@ -185,6 +227,9 @@ class Impala(Algorithm):
         batch = {}
         for name in ("obs", "action", "reward", "terminated", "truncated", "behaviour_logp"):
             batch[name] = np.concatenate([a[name] for a in arrays], axis=1)
+        for name in ("core_h0", "core_c0"):
+            if name in arrays[0]:
+                batch[name] = np.concatenate([a[name] for a in arrays], axis=0)
         T1, B = batch["obs"].shape[:2]
         # final_index is t * K + k within its chunk; in the batch it is t * B + (column offset + k).
         idx, fobs, col = [], [], 0
@@ -205,12 +250,26 @@ class Impala(Algorithm):
         T1, B = obs.shape[:2]
         T = T1 - 1
         M = final_obs.shape[0]
-        flat = obs.reshape(T1 * B, *obs.shape[2:])
-        if M:
-            flat = torch.cat([flat, final_obs], 0)
-        params, values = model(flat)
-        params_t = params[: T * B].reshape(T, B, -1)
-        values_all = values[: T1 * B].reshape(T1, B)
+        if model.recurrent:
+            # obs[t + 1] starts an episode where step t ended one: the core state resets there.
+            first = torch.zeros((T1, B), dtype=torch.bool, device=obs.device)
+            first[1:] = batch["terminated"] | batch["truncated"]
+            params_all, values_all, (h_all, c_all) = model.unroll(obs, (batch["core_h0"], batch["core_c0"]), first)
+            params_t = params_all[:T]
+            final_values = None
+            if M:
+                # A truncated episode's final observation continues from the state after its last step.
+                idx = batch["final_index"]
+                state = (h_all[:T].reshape(T * B, -1)[idx], c_all[:T].reshape(T * B, -1)[idx])
+                final_values = model.value_after(final_obs, state)
+        else:
+            flat = obs.reshape(T1 * B, *obs.shape[2:])
+            if M:
+                flat = torch.cat([flat, final_obs], 0)
+            params, values = model(flat)
+            params_t = params[: T * B].reshape(T, B, -1)
+            values_all = values[: T1 * B].reshape(T1, B)
+            final_values = values[T1 * B :] if M else None
         values_t, bootstrap = values_all[:T], values_all[T]
 
         rewards = batch["reward"].float()
@@ -219,7 +278,7 @@ class Impala(Algorithm):
         discounts = hp.discount * (~batch["terminated"]).float()
         if M:
             # Truncated steps: bootstrap from V(final_obs) here, then cut the trace.
-            rewards = rewards.reshape(-1).index_add(0, batch["final_index"], hp.discount * values[T1 * B :].detach()).reshape(T, B)
+            rewards = rewards.reshape(-1).index_add(0, batch["final_index"], hp.discount * final_values.detach()).reshape(T, B)
             discounts = discounts.masked_fill(batch["truncated"], 0.0)
 
         head = model.head
