@@ -31,7 +31,11 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
         "bad_shape": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "obs": np.zeros((T + 1, K, 5), np.float32)}))],
         "bad_dtype": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "reward": np.zeros((T, K), np.float64)}))],
         "missing_field": [bytes(wire.encode(wire.Kind.TRAJECTORY, {k: v for k, v in good.items() if k != "reward"}))],
-        "bad_value": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), 7, np.int64)}))],
+        "bad_value": [
+            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), 7, np.int64)})),
+            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), -1, np.int64)})),
+            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "final_index": np.array([-3], np.int32), "final_obs": np.zeros((1, 4), np.float32)})),
+        ],
     }
     rng = np.random.default_rng(0)
     bad["random"] = [rng.integers(0, 256, rng.integers(1, 3000), dtype=np.uint8).tobytes() for _ in range(200)]

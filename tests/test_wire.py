@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zmq
 
 from zrl import wire
 from zrl.wire import Kind, Reason, WireError
@@ -72,6 +73,42 @@ def test_layout_fills_in_place_and_cuts_variable_rows():
     np.testing.assert_array_equal(msg.arrays["obs"], np.full((3, 2), 1.5))
     with pytest.raises(ValueError, match="capacity"):
         layout.allocate().finish(sender_id=0, seq=0, policy_version=0, rows={"tail": 5})
+
+
+def test_layout_reuses_a_finished_frame_only_once_nothing_holds_it():
+    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.float32, (3, 2)), ("idx", np.int32, (4,))])
+    first = layout.allocate()
+    first.arrays["obs"][:] = 1
+    frame = first.finish(sender_id=0, seq=1, policy_version=0, rows={"idx": 0})
+    assert layout.allocate() is not first  # its frame is still held (as ZeroMQ holds one it sends)
+    obs = wire.decode(frame).arrays["obs"]
+    del frame
+    assert layout.allocate() is not first  # a view of the frame still holds it
+    del obs
+    again = layout.allocate()
+    assert again is first and (again.arrays["obs"] == 1).all()
+    assert layout.allocate() is not again  # handed out once: not finished, not reused
+
+
+def test_frames_in_flight_in_zeromq_are_never_reused(ctx, endpoint):
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.bind(endpoint)
+    push.connect(endpoint)
+    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.uint8, (1 << 17,))])  # above pyzmq's copy threshold: zero-copy
+    sent = []
+    for seq in range(1, 6):
+        m = layout.allocate()
+        assert all(m is not s for s in sent)  # each still queued in ZeroMQ
+        m.arrays["obs"][:] = seq
+        push.send(m.finish(sender_id=0, seq=seq, policy_version=0), copy=False)
+        sent.append(m)
+    del m
+    for seq in range(1, 6):
+        msg = wire.decode(pull.recv(copy=False))
+        assert msg.seq == seq and (msg.arrays["obs"] == seq).all()
+    del msg
+    push.close(0)
+    pull.close(0)
 
 
 def test_encode_refuses_what_cannot_cross():

@@ -24,6 +24,8 @@ import enum
 import json
 import math
 import struct
+import sys
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -39,6 +41,7 @@ ALIGN = 64
 MAX_DIMS = 6
 MAX_ARRAYS = 64
 NAME_BYTES = 32
+REUSE_BYTES = 32 << 20  # a Layout tracks this many bytes of finished frames for reuse (2 to 64 frames)
 assert HEADER_SIZE == 48 and DESCRIPTOR_SIZE == 80
 
 
@@ -57,6 +60,7 @@ class Kind(enum.IntEnum):
 
 
 KIND_VALUES = frozenset(int(k) for k in Kind)
+_KIND_OF: dict[int, Kind] = {int(k): k for k in Kind}
 
 # dtype code <-> numpy dtype. The allow-list: anything else is bad_dtype.
 DTYPES: dict[int, np.dtype] = {
@@ -176,6 +180,7 @@ class Layout:
             raise ValueError(f"duplicate array names in {self.names}")
         self.dtypes = [np.dtype(s[1]) for s in specs]
         self.shapes = [tuple(int(d) for d in s[2]) for s in specs]
+        self._shapes_t = tuple(self.shapes)
         for name, shape in zip(self.names, self.shapes):
             if len(shape) > MAX_DIMS:
                 raise ValueError(f"array {name!r}: at most {MAX_DIMS} dims, got shape {shape}")
@@ -192,17 +197,41 @@ class Layout:
             self.regions.append((off, nbytes))
             off = _align(off + nbytes)
         self.capacity = self.regions[-1][0] + self.regions[-1][1] if self.regions else self.meta_offset + meta_len
+        # Packed descriptors and the end of the last array, per list of shapes:
+        # a sender that cuts the same rows again packs nothing.
+        self._blocks: dict[tuple, tuple[bytes, int]] = {}
+        self._rows_shapes: dict[tuple, tuple] = {}
+        # Finished frames, oldest first (the order ZeroMQ sends and releases them):
+        # `allocate` reuses the oldest once nothing holds it any more, so a sender
+        # with frames queued in ZeroMQ needs no fresh (zeroed, page-faulting) buffer.
+        self._finished: deque[OutMessage] = deque(maxlen=max(2, min(64, REUSE_BYTES // max(self.capacity, 1))))
+
+    def _block(self, shapes: tuple) -> tuple[bytes, int]:
+        hit = self._blocks.get(shapes)
+        if hit is None:
+            block = bytearray(DESCRIPTOR_SIZE * len(shapes))
+            end = 0
+            for i, shape in enumerate(shapes):
+                off = self.regions[i][0]
+                nbytes = self.dtypes[i].itemsize * math.prod(shape)
+                dims = list(shape) + [0] * (MAX_DIMS - len(shape))
+                DESCRIPTOR.pack_into(block, i * DESCRIPTOR_SIZE, self.name_bytes[i], self.codes[i], len(shape), 0, 0, *dims, off, nbytes)
+                end = max(end, off + nbytes)
+            if len(self._blocks) >= 256:
+                self._blocks.clear()
+            hit = self._blocks[shapes] = (bytes(block), end)
+        return hit
 
     def write_header(self, buf, *, sender_id: int, seq: int, policy_version: int, meta: bytes = b"", shapes=None) -> int:
         """Writes header, descriptors and meta into `buf`; returns the frame length."""
-        shapes = shapes or self.shapes
-        total = self.meta_offset + len(meta)
-        for i, shape in enumerate(shapes):
-            off = self.regions[i][0]
-            nbytes = self.dtypes[i].itemsize * math.prod(shape)
-            dims = list(shape) + [0] * (MAX_DIMS - len(shape))
-            DESCRIPTOR.pack_into(buf, HEADER_SIZE + i * DESCRIPTOR_SIZE, self.name_bytes[i], self.codes[i], len(shape), 0, 0, *dims, off, nbytes)
-            total = max(total, off + nbytes)
+        if not shapes:
+            shapes = self._shapes_t
+        elif type(shapes) is not tuple:
+            shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        block, end = self._block(shapes)
+        total = max(self.meta_offset + len(meta), end)
+        if block:
+            memoryview(buf)[HEADER_SIZE : HEADER_SIZE + len(block)] = block
         HEADER.pack_into(
             buf, 0, MAGIC, PROTOCOL_VERSION, int(self.kind), sender_id, len(shapes), seq, policy_version, len(meta), 0, total
         )
@@ -211,6 +240,16 @@ class Layout:
         return total
 
     def allocate(self) -> "OutMessage":
+        """A frame to fill: the oldest finished one if nothing (ZeroMQ included) holds its frame any more, else a new one.
+
+        A reused frame keeps its last contents wherever the caller does not
+        write (the bytes between arrays stay zero). A Layout serves one thread.
+        """
+        finished = self._finished
+        if finished and finished[0]._idle():
+            m = finished.popleft()
+            m._done = False
+            return m
         return OutMessage(self)
 
 
@@ -223,16 +262,38 @@ class OutMessage:
         self.arrays: dict[str, np.ndarray] = {}
         for name, dt, shape, (off, nbytes) in zip(layout.names, layout.dtypes, layout.shapes, layout.regions):
             self.arrays[name] = self.buffer[off : off + nbytes].view(dt).reshape(shape)
+        self._done = False
+        self._idle_refs = sys.getrefcount(self.buffer)  # the buffer's references from this object alone
+
+    def _idle(self) -> bool:
+        # Every memoryview or numpy view of the buffer (the frame ZeroMQ is still
+        # sending, a caller's array) holds a reference to it: none left means unused.
+        return sys.getrefcount(self.buffer) == self._idle_refs
 
     def finish(self, *, sender_id: int, seq: int, policy_version: int, rows: Mapping[str, int] | None = None) -> memoryview:
-        """Writes the header; `rows` gives the used leading dimension of variable arrays. Returns the frame."""
-        shapes = self.layout.shapes
+        """Writes the header; `rows` gives the used leading dimension of variable arrays. Returns the frame.
+
+        The frame is a view of this message's buffer: write no more into this
+        message after `finish`. Once the frame (and every view of it) is gone,
+        `Layout.allocate` hands the buffer out again.
+        """
+        layout = self.layout
+        shapes = layout._shapes_t
         if rows:
-            shapes = [(rows[n], *s[1:]) if n in rows else s for n, s in zip(self.layout.names, shapes)]
-            for n, s in zip(self.layout.names, shapes):
-                if n in rows and rows[n] > self.arrays[n].shape[0]:
-                    raise ValueError(f"{n}: {rows[n]} rows exceed the layout's capacity {self.arrays[n].shape[0]}")
-        total = self.layout.write_header(self.buffer, sender_id=sender_id, seq=seq, policy_version=policy_version, shapes=shapes)
+            key = tuple(rows.items())
+            shapes = layout._rows_shapes.get(key)
+            if shapes is None:
+                shapes = tuple((rows[n], *s[1:]) if n in rows else s for n, s in zip(layout.names, layout.shapes))
+                for n, s in zip(layout.names, shapes):
+                    if n in rows and rows[n] > self.arrays[n].shape[0]:
+                        raise ValueError(f"{n}: {rows[n]} rows exceed the layout's capacity {self.arrays[n].shape[0]}")
+                if len(layout._rows_shapes) >= 256:
+                    layout._rows_shapes.clear()
+                layout._rows_shapes[key] = shapes
+        total = layout.write_header(self.buffer, sender_id=sender_id, seq=seq, policy_version=policy_version, shapes=shapes)
+        if not self._done:
+            self._done = True
+            layout._finished.append(self)
         return memoryview(self.buffer)[:total]
 
 
@@ -269,10 +330,9 @@ class Message:
     def arrays(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
             buf = self._buf
-            self._arrays = {
-                i.name: np.frombuffer(buf, dtype=i.dtype, count=math.prod(i.shape), offset=i.offset).reshape(i.shape)
-                for i in self.infos
-            }
+            # np.ndarray over the buffer: one call per array (frombuffer + reshape is two, and 3x slower);
+            # decode has checked that every array lies inside the frame.
+            self._arrays = {i.name: np.ndarray(i.shape, i.dtype, buf, i.offset) for i in self.infos}
         return self._arrays
 
     def json(self) -> dict[str, Any]:
@@ -291,7 +351,7 @@ class Message:
 
 # Validated descriptor blocks, keyed by their bytes: a stream of messages with
 # one layout (the common case) pays for descriptor checks once.
-_layout_cache: dict[bytes, tuple[ArrayInfo, ...]] = {}
+_layout_cache: dict[bytes, tuple[tuple[ArrayInfo, ...], int, int]] = {}  # infos, first offset, end
 _LAYOUT_CACHE_MAX = 256
 
 
@@ -308,10 +368,11 @@ def decode(frame, max_bytes: int = 1 << 30, allowed_kinds: frozenset[int] | None
         raise WireError(Reason.BAD_MAGIC, f"magic {magic!r}")
     if version != PROTOCOL_VERSION:
         raise WireError(Reason.BAD_VERSION, f"protocol version {version}, this side speaks {PROTOCOL_VERSION}")
-    if kind not in KIND_VALUES:
+    kind_e = _KIND_OF.get(kind)
+    if kind_e is None:
         raise WireError(Reason.BAD_KIND, f"unknown kind {kind}")
     if allowed_kinds is not None and kind not in allowed_kinds:
-        raise WireError(Reason.UNEXPECTED_KIND, f"kind {Kind(kind).name} not accepted here")
+        raise WireError(Reason.UNEXPECTED_KIND, f"kind {kind_e.name} not accepted here")
     if total != n:
         raise WireError(Reason.BAD_LENGTH, f"header says {total} bytes, frame has {n}")
     if flags != 0 or n_arrays > MAX_ARRAYS:
@@ -322,19 +383,22 @@ def decode(frame, max_bytes: int = 1 << 30, allowed_kinds: frozenset[int] | None
         raise WireError(Reason.BAD_LENGTH, f"descriptors and meta end at {data_start}, frame has {n} bytes")
     if n_arrays:
         key = bytes(buf[HEADER_SIZE:meta_off])
-        infos = _layout_cache.get(key)
-        if infos is None:
+        hit = _layout_cache.get(key)
+        if hit is None:
             infos = _parse_descriptors(buf, n_arrays)
+            hit = (infos, min(i.offset for i in infos), max(i.offset + i.nbytes for i in infos))
             if len(_layout_cache) >= _LAYOUT_CACHE_MAX:
                 _layout_cache.clear()
-            _layout_cache[key] = infos
-        for i in infos:  # cheap per-frame bounds check: cached layouts are frame-independent
-            if i.offset < data_start or i.offset + i.nbytes > n:
-                raise WireError(Reason.BAD_LENGTH, f"array {i.name!r} bytes [{i.offset}, {i.offset + i.nbytes}) outside data [{data_start}, {n})")
+            _layout_cache[key] = hit
+        infos, first, end = hit
+        if first < data_start or end > n:  # per-frame bounds: cached layouts are frame-independent
+            for i in infos:
+                if i.offset < data_start or i.offset + i.nbytes > n:
+                    raise WireError(Reason.BAD_LENGTH, f"array {i.name!r} bytes [{i.offset}, {i.offset + i.nbytes}) outside data [{data_start}, {n})")
     else:
         infos = ()
     meta = buf[meta_off:data_start]
-    return Message(Kind(kind), sender_id, seq, policy_version, meta, infos, buf, n)
+    return Message(kind_e, sender_id, seq, policy_version, meta, infos, buf, n)
 
 
 def _parse_descriptors(buf, n_arrays: int) -> tuple[ArrayInfo, ...]:
@@ -395,12 +459,14 @@ class Schema:
         self.fields = {f.name: Field(f.name, np.dtype(f.dtype), tuple(f.shape)) for f in fields}
         self.fixed = dict(fixed or {})
         self.bounds = dict(bounds or {})
-        self._ok_layouts: dict[tuple[ArrayInfo, ...], dict[str, int]] = {}
+        # Accepted layouts by id of decode's cached infos tuple (kept alive here, so the id
+        # stays its own): hashing 8 frozen dataclasses per message costs more than the check.
+        self._ok_layouts: dict[int, tuple[tuple[ArrayInfo, ...], dict[str, int]]] = {}
 
     def check(self, msg: Message) -> dict[str, int]:
-        cached = self._ok_layouts.get(msg.infos)
-        if cached is not None:
-            return cached
+        hit = self._ok_layouts.get(id(msg.infos))
+        if hit is not None and hit[0] is msg.infos:
+            return hit[1]
         got = {i.name: i for i in msg.infos}
         missing = [n for n in self.fields if n not in got]
         if missing:
@@ -430,8 +496,9 @@ class Schema:
                     if not lo <= value <= hi:
                         raise WireError(Reason.BAD_SHAPE, f"{name}: {sym}={value} outside [{lo}, {hi}]")
                     env[sym] = value
-        if len(self._ok_layouts) < 64:
-            self._ok_layouts[msg.infos] = env
+        if len(self._ok_layouts) >= 64:
+            self._ok_layouts.clear()
+        self._ok_layouts[id(msg.infos)] = (msg.infos, env)
         return env
 
     def describe(self, f: Field) -> str:

@@ -214,12 +214,13 @@ class Impala(Algorithm):
 
     def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
         """Content checks the schema cannot express; a WireError drops the message."""
+        # One max over an unsigned view checks both bounds: a negative value reads as a huge one.
         idx = msg.arrays["final_index"]
-        if idx.size and (idx.min() < 0 or idx.max() >= bindings["T"] * bindings["K"]):
+        if idx.size and idx.view(np.uint32).max() >= bindings["T"] * bindings["K"]:
             raise wire.WireError(wire.Reason.BAD_VALUE, "final_index out of range")
         if isinstance(self.action_spec, spaces.DiscreteSpec):
             act = msg.arrays["action"]
-            if act.size and (act.min() < 0 or act.max() >= self.action_spec.n):
+            if act.size and act.view(np.uint64).max() >= self.action_spec.n:
                 raise wire.WireError(wire.Reason.BAD_VALUE, f"action outside [0, {self.action_spec.n})")
 
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
