@@ -119,3 +119,15 @@ def test_default_config_learns_cartpole(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reached"] is True, summary
     assert summary["final_mean_return"] >= 400
+
+
+@pytest.mark.timeout(300)
+def test_apex_config_learns_cartpole_judged_by_its_evaluation_actor(tmp_path):
+    """Ape-X DQN through the real CLI: 2 exploring actors + a greedy evaluation actor, a generous bound."""
+    run = Proc(["run", "--config", str(ROOT / "configs" / "cartpole_apex.yaml"), "--seed", "1", "--logdir", str(tmp_path),
+                "--stop-at-return", "400", "--max-seconds", "240"])
+    assert run.wait(280) == 0, run.output[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reached"] is True, summary
+    assert summary["return_source"] == "eval" and summary["final_mean_return"] >= 400
+    assert "evaluating greedily" in run.output
