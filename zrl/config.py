@@ -252,7 +252,8 @@ class LearnerConfig:
     batch_size: int = 64
     """B: env columns per training batch ([T, B]); a multiple of every actor's num_envs."""
     optimizer: str = "adam"
-    """adam or rmsprop."""
+    """adam or rmsprop. Losses are means over the batch (not sums, as in the IMPALA
+    paper), so RMSProp needs a much smaller eps than the paper's 0.01."""
     learning_rate: float = 1e-3
     lr_decay_env_steps: Optional[int] = None
     """Decay the learning rate linearly over this many env steps (None: constant)."""
