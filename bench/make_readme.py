@@ -26,7 +26,9 @@ outputs by `python bench/make_readme.py`.
 
 The tables below were measured on the development machine: 2 vCPUs (AMD EPYC,
 x86-64), 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU,
-shared with other jobs.
+shared with other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the
+replay gets its speed) and [TRANSPORT.md](TRANSPORT.md) (where transport time
+goes, and the frame-reuse change it led to).
 """
 
 SECTIONS = [
