@@ -50,18 +50,22 @@ class ImpalaPolicy(Policy):
             return None
         return tuple(x.numpy() for x in self.model.initial_state(n))
 
+    def _forward(self, obs: np.ndarray, state):
+        """Policy parameters, and the next core state (None without a core); call under inference_mode."""
+        x = torch.from_numpy(obs)
+        if not self.model.recurrent:
+            return self.model.policy(x), None
+        params, _, new = self.model.step(x, tuple(torch.from_numpy(s) for s in state))
+        return params, tuple(s.numpy() for s in new)
+
     def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():
-            x = torch.from_numpy(obs)
-            if self.model.recurrent:
-                params, _, new = self.model.step(x, tuple(torch.from_numpy(s) for s in state))
-            else:
-                params = self.model.policy(x)
+            params, new = self._forward(obs, state)
             action = self.model.head.sample(params)
             logp = self.model.head.log_prob(params, action)
         extras = {"behaviour_logp": logp.numpy()}
-        if self.model.recurrent:
-            extras.update(state=tuple(s.numpy() for s in new), core_h=state[0], core_c=state[1])
+        if new is not None:
+            extras.update(state=new, core_h=state[0], core_c=state[1])
         return action.numpy(), extras
 
 
@@ -74,14 +78,10 @@ class ImpalaEvalPolicy(ImpalaPolicy):
 
     def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():
-            x = torch.from_numpy(obs)
-            if self.model.recurrent:
-                params, _, new = self.model.step(x, tuple(torch.from_numpy(s) for s in state))
-            else:
-                params, new = self.model.policy(x), None
+            params, new = self._forward(obs, state)
             head = self.model.head
             action = head.mode(params) if self.greedy else head.sample(params)
-        return action.numpy(), ({"state": tuple(s.numpy() for s in new)} if new is not None else {})
+        return action.numpy(), ({"state": new} if new is not None else {})
 
 
 class ImpalaRecorder(Recorder):
