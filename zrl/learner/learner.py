@@ -501,7 +501,7 @@ class Learner:
         env_rate, sample_rate = Rate(self.env_steps), Rate(0)
         samples = 0
         wait_s = 0.0
-        stats_acc: dict[str, float] = collections.defaultdict(float)
+        stats_acc: dict[str, Any] = {}
         n_acc = 0
         while True:
             if self._stop.is_set():
@@ -563,9 +563,11 @@ class Learner:
             self.run_train_s += time.perf_counter() - t_got
             if self.updates % lc.publish_interval == 0:
                 self._publish()
+            # Summed as tensors and read only when logging: float() here would
+            # synchronise with a GPU on every update.
             for k, v in stats.items():
-                stats_acc[k] += float(v)
-            stats_acc["grad_norm"] += float(grad_norm)
+                stats_acc[k] = stats_acc.get(k, 0.0) + (v.detach() if isinstance(v, torch.Tensor) else v)
+            stats_acc["grad_norm"] = stats_acc.get("grad_norm", 0.0) + grad_norm.detach()
             n_acc += 1
 
             now = time.perf_counter()
@@ -613,7 +615,7 @@ class Learner:
             custom = dict(self.custom)
         fps = env_rate.read(env_steps)
         lfps = sample_rate.read(samples)
-        scalars = {k: v / max(n_acc, 1) for k, v in stats_acc.items()}
+        scalars = {k: float(v) / max(n_acc, 1) for k, v in stats_acc.items()}
         scalars.update(
             {
                 "perf/env_frames_per_s": fps,
