@@ -9,7 +9,7 @@ from zrl import checkpoint, spaces
 from zrl.config import EnvConfig, config_from_dict
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
-from zrl.learner.algorithms.base import reset_rows
+from zrl.learner.algorithms.base import ActorAlgo, NullRecorder
 
 
 def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
@@ -17,17 +17,16 @@ def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     env = make_vector_env(env_cfg, min(num_envs, episodes), seed)
-    policy = algo.make_eval_policy(model, greedy)
+    stream = ActorAlgo(algo.make_eval_policy(model, greedy), NullRecorder())
     returns: list[float] = []
     try:
         obs = env.reset()
-        state = policy.initial_state(env.num_envs)
+        stream.begin(obs)
         ep_ret = np.zeros(env.num_envs)
         while len(returns) < episodes:
-            actions, extras = policy.act(obs, state)
-            step = env.step(actions)
+            step = env.step(stream.act(obs))
+            stream.observe(step)
             done = step.terminated | step.truncated
-            state = reset_rows(extras.get("state"), done)
             ep_ret += step.reward
             for k in np.flatnonzero(done):
                 returns.append(float(ep_ret[k]))

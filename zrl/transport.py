@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from urllib.parse import urlsplit
 
 import zmq
@@ -130,7 +131,8 @@ class Curve:
 class Authenticator:
     """One ZAP handler per context (ZeroMQ allows only one), shared by the servers on it."""
 
-    _by_ctx: dict[int, "Authenticator"] = {}
+    # Keyed by the context itself, weakly: an id() could be reused by a later context.
+    _by_ctx: "weakref.WeakKeyDictionary[zmq.Context, Authenticator]" = weakref.WeakKeyDictionary()
 
     def __init__(self, ctx: zmq.Context, keys_dir: str):
         import os
@@ -148,9 +150,9 @@ class Authenticator:
 
     @classmethod
     def acquire(cls, ctx: zmq.Context, keys_dir: str) -> "Authenticator":
-        a = cls._by_ctx.get(id(ctx))
+        a = cls._by_ctx.get(ctx)
         if a is None:
-            a = cls._by_ctx[id(ctx)] = cls(ctx, keys_dir)
+            a = cls._by_ctx[ctx] = cls(ctx, keys_dir)
         elif a.keys_dir != keys_dir:
             raise ValueError(f"security.authorized_keys: this context already authenticates against {a.keys_dir}")
         a.users += 1
@@ -160,4 +162,4 @@ class Authenticator:
         self.users -= 1
         if self.users <= 0:
             self.auth.stop()
-            Authenticator._by_ctx.pop(id(self.ctx), None)
+            Authenticator._by_ctx.pop(self.ctx, None)

@@ -505,6 +505,29 @@ class Schema:
         return "(" + ", ".join(str(self.fixed.get(d, d)) if isinstance(d, str) else str(d) for d in f.shape) + ")"
 
 
+class HelloInvalid(ValueError):
+    """A hello every receiver refuses (not a JSON object, another protocol, bad specs)."""
+
+
+def read_hello(msg: Message, receiver: str):
+    """A hello's meta and its (obs, action) specs, after the checks the learner and the
+    agent server both make; HelloInvalid says what is wrong. Role checks are the caller's."""
+    from zrl import spaces
+
+    try:
+        hello = msg.json()
+    except WireError as e:
+        raise HelloInvalid(f"hello meta is not a JSON object: {e.detail}") from None
+    if hello.get("protocol") != PROTOCOL_VERSION:
+        raise HelloInvalid(f"protocol {hello.get('protocol')!r} not supported ({receiver} speaks {PROTOCOL_VERSION})")
+    try:
+        obs = spaces.from_json(hello.get("obs_space"))
+        action = spaces.from_json(hello.get("action_space"))
+    except spaces.SpecError as e:
+        raise HelloInvalid(f"bad space spec: {e}") from None
+    return hello, obs, action
+
+
 def _parse_dim(d: str) -> tuple[str, int]:
     if "+" in d:
         sym, plus = d.split("+", 1)

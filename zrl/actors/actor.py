@@ -31,7 +31,7 @@ from zrl import spaces, transport, wire
 from zrl.config import Config
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
-from zrl.learner.algorithms.base import Sender, reset_rows
+from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender
 from zrl.models import flatten_parameters
 
 log = logging.getLogger("zrl.actor")
@@ -346,44 +346,36 @@ class Actor:
         group's observations while the current group steps (step_async / step_wait)."""
         G = len(envs)
         width = envs[0].num_envs
-        recorders = self.recorders
         ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
         drop = self.config.actor.backpressure == "drop"
         bp_names = (f"actor{self.index}/blocked_s", f"actor{self.index}/dropped_chunks")
         stats_every = self.config.actor.stats_interval_s
+        streams = [ActorAlgo(policy, r) for r in self.recorders]  # policy state + recorder per group
         obs = [env.reset() for env in envs]
-        for r, o in zip(recorders, obs):
-            r.begin(o)
-        states = [policy.initial_state(width) for _ in envs]  # recurrent core state per group (None if none)
+        for stream, o in zip(streams, obs):
+            stream.begin(o)
         ep_ret = np.zeros((G, width), np.float64)
         ep_len = np.zeros((G, width), np.int64)
         done_ret: list[float] = []
         done_len: list[float] = []
         last_stats = time.monotonic()
 
-        def act(g: int) -> np.ndarray:
-            actions, extras = policy.act(obs[g], states[g])
-            states[g] = extras.pop("state", None)
-            recorders[g].record(actions, extras)
-            return actions
-
-        envs[0].step_async(act(0))
+        envs[0].step_async(streams[0].act(obs[0]))
         g = 0
         while not self.stop.is_set():
             self.link.poll_weights()
             nxt = (g + 1) % G
             if G > 1:
-                next_actions = act(nxt)  # overlaps group g's stepping
+                next_actions = streams[nxt].act(obs[nxt])  # overlaps group g's stepping
             step = envs[g].step_wait()
             if G > 1:
                 envs[nxt].step_async(next_actions)
-            for frame in recorders[g].observe(step):
+            for frame in streams[g].observe(step):
                 self.link.send(frame, drop=drop)
             self.env_steps += width
             ep_ret[g] += step.reward
             ep_len[g] += 1
             done = step.terminated | step.truncated
-            states[g] = reset_rows(states[g], done)
             if done.any():
                 for k in np.flatnonzero(done):
                     done_ret.append(float(ep_ret[g, k]))
@@ -399,23 +391,8 @@ class Actor:
                 last_stats = now
             obs[g] = step.obs
             if G == 1:
-                envs[0].step_async(act(0))
+                envs[0].step_async(streams[0].act(obs[0]))
             g = nxt
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps  # a step still in flight is abandoned: close() stops the env
-
-
-class NullRecorder:
-    """An evaluation actor records nothing: it sends only its episode returns."""
-
-    policy_version = 0
-
-    def begin(self, obs: np.ndarray) -> None:
-        pass
-
-    def record(self, actions, extras) -> None:
-        pass
-
-    def observe(self, step) -> list:
-        return []

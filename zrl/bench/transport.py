@@ -89,9 +89,7 @@ def _impala(chunk: Chunk):
 
 def _recorder(algo, K: int, sender):
     """The actor's IMPALA recorder: its wire.Layout is what actors send."""
-    if hasattr(algo, "make_recorder"):
-        return algo.make_recorder(None, num_envs=K, sender=sender)
-    return algo.make_actor(None, num_envs=K, actor_index=0, num_actors=1, seed=0, sender=sender)
+    return algo.make_recorder(None, num_envs=K, sender=sender)
 
 
 def _hwm(nbytes: int) -> int:

@@ -243,21 +243,14 @@ class Learner:
 
     def _on_hello(self, msg: wire.Message) -> bytes | bytearray:
         try:
-            hello = msg.json()
-        except wire.WireError as e:
-            raise HelloRefused(f"hello meta is not a JSON object: {e.detail}") from None
-        if hello.get("protocol") != wire.PROTOCOL_VERSION:
-            raise HelloRefused(f"protocol {hello.get('protocol')!r} not supported (learner speaks {wire.PROTOCOL_VERSION})")
+            hello, obs_spec, action_spec = wire.read_hello(msg, "learner")
+        except wire.HelloInvalid as e:
+            raise HelloRefused(str(e)) from None
         role = hello.get("role")
         if role not in ("actor", "server", "eval"):
             raise HelloRefused(f"unknown role {role!r} (expected actor, server or eval)")
         if hello.get("algo") != self.config.algo.name:
             raise HelloRefused(f"algorithm {hello.get('algo')!r} differs from the learner's {self.config.algo.name!r}")
-        try:
-            obs_spec = spaces.from_json(hello.get("obs_space"))
-            action_spec = spaces.from_json(hello.get("action_space"))
-        except spaces.SpecError as e:
-            raise HelloRefused(f"bad space spec: {e}") from None
         T = self.config.actor.unroll_length
         if role != "eval" and hello.get("unroll_length") != T:
             raise HelloRefused(f"unroll_length {hello.get('unroll_length')!r} differs from the learner's actor.unroll_length {T}")

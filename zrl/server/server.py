@@ -224,18 +224,11 @@ class AgentServer:
 
     def _hello(self, identity: bytes, msg: wire.Message) -> None:
         try:
-            hello = msg.json()
-        except wire.WireError as e:
-            raise RequestError(f"hello meta is not a JSON object: {e.detail}") from None
-        if hello.get("protocol") != wire.PROTOCOL_VERSION:
-            raise RequestError(f"protocol {hello.get('protocol')!r} not supported (server speaks {wire.PROTOCOL_VERSION})")
+            hello, obs, act = wire.read_hello(msg, "server")
+        except wire.HelloInvalid as e:
+            raise RequestError(str(e)) from None
         if hello.get("role") != "client":
             raise RequestError(f"role {hello.get('role')!r}: this is an agent server, expected role 'client'")
-        try:
-            obs = spaces.from_json(hello.get("obs_space"))
-            act = spaces.from_json(hello.get("action_space"))
-        except spaces.SpecError as e:
-            raise RequestError(f"bad space spec: {e}") from None
         if obs != self.obs_spec:
             raise RequestError(f"observation spec {obs.to_json()} differs from the server's {self.obs_spec.to_json()}")
         if act != self.action_spec:

@@ -68,12 +68,27 @@ class Recorder:
         raise NotImplementedError
 
 
-class ActorAlgo:
-    """What an actor runs: a policy and a recorder for its K envs.
+class NullRecorder(Recorder):
+    """Records nothing: for evaluation, where only episode returns matter."""
 
-    The actor pipeline calls `begin(obs)` once, then for every step
-    `act(obs) -> actions` and `observe(step) -> [frames]`, and sends what
-    `observe` returns.
+    def begin(self, obs: np.ndarray) -> None:
+        pass
+
+    def record(self, actions, extras) -> None:
+        pass
+
+    def observe(self, step: Step) -> list[Any]:
+        return []
+
+
+class ActorAlgo:
+    """One stream of K envs: a policy (possibly shared with other streams), its
+    recurrent state for these envs, and their recorder.
+
+    `begin(obs)` once, then per step `act(obs) -> actions` and
+    `observe(step) -> [frames]` (which also resets the state of envs whose
+    episode ended). Actors run one per env group; `zrl eval` runs one with a
+    NullRecorder.
     """
 
     def __init__(self, policy: Policy, recorder: Recorder):
