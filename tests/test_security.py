@@ -59,24 +59,35 @@ def test_authorised_actor_trains_and_a_stranger_gets_nothing(ctx, keys, make_lea
     # Nothing in: no hello reply, and pushed trajectories never arrive.
     assert say_hello(ctx, learner.control_endpoint, meta, timeout_s=1.0, curve=stranger) is None
     steps_before, rejected_before = learner.env_steps, dict(learner.rejected)
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    stranger.client(push)
-    push.connect(learner.trajectory_endpoint)
-    for _ in range(5):
-        push.send(b"from a stranger", zmq.NOBLOCK) if push.poll(0, zmq.POLLOUT) else None
-    # Nothing out: a stranger's SUB hears no weights while the learner keeps publishing.
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    stranger.client(sub)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(learner.weights_endpoint)
-    # ... and a peer without any keys is refused as well.
-    plain = ctx.socket(zmq.DEALER)
-    plain.setsockopt(zmq.LINGER, 0)
-    plain.connect(learner.control_endpoint)
-    plain.send(wire.encode(wire.Kind.HELLO, meta=meta))
+    socks = []
+
+    def stranger_socket(kind, curve):
+        s = ctx.socket(kind)
+        socks.append(s)
+        s.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.client(s)
+        return s
+
     try:
+        push = stranger_socket(zmq.PUSH, stranger)
+        push.connect(learner.trajectory_endpoint)
+        for _ in range(5):
+            try:
+                push.send(b"from a stranger", zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # the handshake was refused: nowhere to queue it
+        # Nothing out: a stranger's SUB hears no weights while the learner keeps publishing.
+        sub = stranger_socket(zmq.SUB, stranger)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(learner.weights_endpoint)
+        # ... and a peer without any keys is refused as well.
+        plain = stranger_socket(zmq.DEALER, None)
+        plain.connect(learner.control_endpoint)
+        try:
+            plain.send(wire.encode(wire.Kind.HELLO, meta=meta), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # refused before it could even queue
         updates = learner.updates
         wait_for(lambda: learner.updates >= updates + 10, 60, "more publishes")
         assert not sub.poll(500)
@@ -84,9 +95,8 @@ def test_authorised_actor_trains_and_a_stranger_gets_nothing(ctx, keys, make_lea
         assert learner.rejected == rejected_before  # the garbage never reached the receiver
         assert 7 not in learner.senders
     finally:
-        push.close()
-        sub.close()
-        plain.close()
+        for sock in socks:
+            sock.close()
     assert learner.env_steps >= steps_before
 
 
