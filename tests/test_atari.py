@@ -251,7 +251,9 @@ def test_cnn_with_an_lstm_core_steps_and_the_q_network_refuses_one():
 def test_impala_loss_trains_a_cnn_on_a_tiny_pong_batch(network):
     torch.manual_seed(0)
     T, B = 3, 2
-    cfg = load_config(PONG_CONFIG, [f"model.network={network}", f"actor.num_envs={B}", f"learner.batch_size={B}", f"actor.unroll_length={T}"])
+    # fp32: the check below is that the learner's log-probabilities equal the actor's exactly.
+    cfg = load_config(PONG_CONFIG, [f"model.network={network}", f"actor.num_envs={B}", f"learner.batch_size={B}", f"actor.unroll_length={T}",
+                                    "learner.precision=fp32"])
     algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
     model = algo.build_model()
     g = torch.Generator().manual_seed(1)
@@ -281,3 +283,55 @@ def test_impala_loss_trains_a_cnn_on_a_tiny_pong_batch(network):
     grads = [p.grad for p in model.parameters()]
     assert all(gr is not None and torch.isfinite(gr).all() for gr in grads)
     assert model.pi_torso.convs[0].weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("core", ["feedforward", "lstm"])
+def test_bf16_learner_gives_the_fp32_loss_and_gradients_up_to_rounding(core):
+    T, B = 3, 2
+    over = [f"actor.num_envs={B}", f"learner.batch_size={B}", f"actor.unroll_length={T}"] + (["model.lstm_size=32"] if core == "lstm" else [])
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8, generator=g)
+    action = torch.randint(0, 6, (T, B), generator=g)
+    results = {}
+    for precision in ("fp32", "bf16"):
+        cfg = load_config(PONG_CONFIG, over + [f"learner.precision={precision}"])
+        algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
+        torch.manual_seed(0)
+        model = algo.build_model()
+        batch = {
+            "obs": obs,
+            "action": action,
+            "reward": torch.tensor([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]]),
+            "terminated": torch.zeros(T, B, dtype=torch.bool),
+            "truncated": torch.zeros(T, B, dtype=torch.bool),
+            "behaviour_logp": torch.full((T, B), -1.7),
+            "final_index": torch.zeros(0, dtype=torch.int64),
+            "final_obs": torch.zeros((0, 4, 84, 84), dtype=torch.uint8),
+        }
+        if core == "lstm":
+            batch["core_h0"] = batch["core_c0"] = torch.zeros(B, 32)
+        loss, _ = algo.loss(model, batch)
+        loss.backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        assert loss.dtype == torch.float32 and grad.dtype == torch.float32  # only the forward pass is bf16
+        results[precision] = (loss.detach(), grad)
+    (l32, g32), (l16, g16) = results["fp32"], results["bf16"]
+    torch.testing.assert_close(l16, l32, rtol=0.05, atol=0.02)
+    assert torch.nn.functional.cosine_similarity(g16, g32, dim=0) > 0.95
+
+
+def test_precision_must_be_fp32_or_bf16():
+    from zrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="learner.precision"):
+        load_config(PONG_CONFIG, ["learner.precision=fp16"])
+
+
+def test_auto_precision_is_bf16_only_where_the_hardware_has_it():
+    from zrl.learner.algorithms.base import resolve_precision
+
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), [])
+    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    assert resolve_precision("auto", cpu) == ("bf16" if native else "fp32")

@@ -53,7 +53,7 @@ def test_run_restarts_an_actor_killed_twice(tmp_path):
 def test_learner_killed_and_resumed_continues_and_actors_rejoin(tmp_path):
     bind = f"ipc://{tmp_path}/control"
     cfg = small_config("actor.learner_timeout_s=1")
-    args = ["learner", "--bind", bind, "--logdir", str(tmp_path / "run"), "-o", "learner.checkpoint_interval_s=0.5",
+    args = ["learner", "--bind", bind, "--logdir", str(tmp_path / "run"), "--stop-at-return", "1e9", "-o", "learner.checkpoint_interval_s=0.5",
             "-o", "actor.num_envs=4", "-o", "actor.unroll_length=5", "-o", "learner.batch_size=8"]
     first = Proc(args)
     stop = threading.Event()

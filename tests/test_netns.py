@@ -93,7 +93,7 @@ def test_training_survives_a_cut_link_and_the_actor_rejoins(tmp_path, hosts):
     ready = tmp_path / "ready.json"
     common = ["-o", "actor.learner_timeout_s=3", "-o", "learner.actor_timeout_s=1.5", "-o", "learner.log_interval_s=0.5"]
     learner = NsProc(in_ns(learner_ns, ["learner", "--bind", "tcp://0.0.0.0:*", "--logdir", str(tmp_path / "run"),
-                                        "--ready-file", str(ready), "--max-seconds", "150", *common]))
+                                        "--ready-file", str(ready), "--max-seconds", "150", "--stop-at-return", "1e9", *common]))
     procs = [learner]
     try:
         wait_for(ready.exists, 60, "the learner to bind")
@@ -120,7 +120,8 @@ def test_training_survives_a_cut_link_and_the_actor_rejoins(tmp_path, hosts):
             wait_for(lambda: updates() >= before + 20, 30, "training to continue on actor 2's data alone")
         finally:
             _ip("-n", ns1, "link", "set", if1, "up")
-        wait_for(lambda: actors_connected() == 2, 60, "actor 1 to rejoin")
+        wait_for(lambda: actors_connected() == 2, 60,
+                 lambda: f"actor 1 to rejoin; actor 1 said:\n{procs[1].output[-1500:]}\nthe learner:\n{learner.output[-800:]}")
         os.killpg(learner.p.pid, signal.SIGINT)
         assert learner.wait(30) == 0, learner.output[-2000:]
     finally:

@@ -276,6 +276,12 @@ class LearnerConfig:
     """auto (cuda if available), cpu or cuda[:N]."""
     torch_threads: int = 1
     """Torch intra-op threads of the learner on CPU."""
+    precision: str = "fp32"
+    """fp32; bf16: the learner's forward passes under bfloat16 autocast (weights,
+    gradients, optimiser and the losses after the network stay fp32); auto: bf16
+    where the hardware does it natively (a CPU with AVX-512 BF16 or AMX, a CUDA
+    device with bf16), else fp32. On such a CPU bf16 about halves a CNN update;
+    elsewhere it is emulated and slower. Actors always act in fp32."""
     checkpoint_interval_s: float = 300.0
     """Write a checkpoint this often (also on SIGINT/SIGTERM and at the end)."""
     keep_checkpoints: int = 3
@@ -303,6 +309,7 @@ class LearnerConfig:
         _check(self.pull_hwm >= 1, "learner.pull_hwm", "must be >= 1")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "learner.device", "must be auto, cpu or cuda[:N]")
         _check(self.torch_threads >= 1, "learner.torch_threads", "must be >= 1")
+        _check(self.precision in ("fp32", "bf16", "auto"), "learner.precision", "must be fp32, bf16 or auto")
         _check(self.checkpoint_interval_s > 0, "learner.checkpoint_interval_s", "must be > 0")
         _check(self.keep_checkpoints >= 1, "learner.keep_checkpoints", "must be >= 1")
         _check(self.log_interval_s > 0, "learner.log_interval_s", "must be > 0")

@@ -213,7 +213,7 @@ def run(opts: BenchOptions) -> BenchResult:
             result.add(measurement="zrl run (env steps/s)", env=name, n=actors, zrl=perf["env_steps_per_s"], reference=raw,
                        ratio=perf["env_steps_per_s"] / raw, **{"learner_samples/s": perf["learner_samples_per_s"],
                                                                "wait_for_data": perf["wait_for_data_frac"], "lag_mean": perf["policy_lag_mean"]})
-        z, p = learner_overhead(name, cfg, 5 if quick else (20 if name == "Pong" else 200))
+        z, p = learner_overhead(name, cfg, 5 if quick else (40 if name == "Pong" else 200))
         result.add(measurement="learner update (ms)", env=name, n=cfg.learner.batch_size, zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
     result.notes += [
         "raw env: the actor's vector env (same backend, K and emulator threads) stepped with random actions in one process; "

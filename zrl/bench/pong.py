@@ -66,6 +66,13 @@ def run(opts: BenchOptions) -> BenchResult:
         except ImportError:
             result.notes.append("matplotlib is not installed: no plot (pip install -e .[bench]).")
     perf = final.get("perf") or {}
+    import torch
+
+    from zrl.config import load_config
+    from zrl.learner.algorithms.base import resolve_precision
+
+    cfg = load_config(ROOT / "configs" / "pong_impala.yaml")
+    result.notes.append(f"Learner precision: {resolve_precision(cfg.learner.precision, torch.device('cpu'))} (learner.precision: {cfg.learner.precision}).")
     result.notes.append(
         f"{final['env_steps']:,} env steps = {4 * final['env_steps']:,} frames in {final['train_seconds']:.0f} s; "
         f"env {4 * perf.get('env_steps_per_s', 0):,.0f} frames/s, learner {4 * perf.get('learner_samples_per_s', 0):,.0f} frames/s, "

@@ -40,6 +40,7 @@ import zmq
 from zrl import checkpoint, spaces, transport, wire
 from zrl.config import Config
 from zrl.learner import algorithms
+from zrl.learner.algorithms.base import resolve_precision
 from zrl.metrics import MetricsWriter, Rate
 from zrl.models import flatten_parameters
 
@@ -463,7 +464,7 @@ class Learner:
         self._leftover: list = []
         self._receiver.start()
         t_start = time.perf_counter()
-        self._say(f"listening on {self.control_endpoint} (trajectories {self.trajectory_endpoint}, weights {self.weights_endpoint}); device {self.device}")
+        self._say(f"listening on {self.control_endpoint} (trajectories {self.trajectory_endpoint}, weights {self.weights_endpoint}); device {self.device}, {resolve_precision(self.config.learner.precision, self.device)}")
         metrics = MetricsWriter(self.logdir, console=self.console)
         stop_reason = "stopped"
         try:

@@ -270,13 +270,15 @@ class ApexDQN(Algorithm):
                 self.target.load_state_dict(self._pending_target_state)
                 self._pending_target_state = None
             self.target.requires_grad_(False)
-        q = model(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+        with self.autocast(batch["obs"].device):
+            q = model(batch["obs"]).float().gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+            with torch.no_grad():
+                if self.hp.double_q:
+                    a_star = model(batch["next_obs"]).argmax(1, keepdim=True)
+                    q_next = self.target(batch["next_obs"]).float().gather(1, a_star).squeeze(1)
+                else:
+                    q_next = self.target(batch["next_obs"]).float().max(1).values
         with torch.no_grad():
-            if self.hp.double_q:
-                a_star = model(batch["next_obs"]).argmax(1, keepdim=True)
-                q_next = self.target(batch["next_obs"]).gather(1, a_star).squeeze(1)
-            else:
-                q_next = self.target(batch["next_obs"]).max(1).values
             target = batch["reward"] + batch["discount"] * q_next
         td = target - q
         loss = (batch["weights"] * torch.nn.functional.huber_loss(q, target, reduction="none", delta=self.hp.huber_delta)).mean()

@@ -15,6 +15,32 @@ from zrl.envs import Step
 FrameFn = Callable[..., Any]
 
 
+def _native_bf16(device_type: str) -> bool:
+    if device_type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device_type != "cpu":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+_NATIVE_BF16: dict[tuple[str, int | None], bool] = {}
+
+
+def resolve_precision(setting: str, device: torch.device) -> str:
+    """`learner.precision` for a device: fp32 or bf16 (auto: bf16 where the hardware does it natively)."""
+    if setting != "auto":
+        return setting
+    key = (device.type, device.index)
+    if key not in _NATIVE_BF16:
+        _NATIVE_BF16[key] = _native_bf16(device.type)
+    return "bf16" if _NATIVE_BF16[key] else "fp32"
+
+
 class Policy:
     """Acting, batched: the part of an algorithm that turns observations into actions.
 
@@ -182,7 +208,12 @@ class Algorithm:
         raise NotImplementedError
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Runs the network's forward passes inside `self.autocast(device)` and casts their outputs to float32."""
         raise NotImplementedError
+
+    def autocast(self, device: torch.device):
+        """The learner's forward-pass precision (`learner.precision`): bf16 autocast, or nothing."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve_precision(self.config.learner.precision, device) == "bf16")
 
     # -- learner side, replay mode (see apex_dqn)
     def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:

@@ -254,19 +254,22 @@ class Impala(Algorithm):
             # obs[t + 1] starts an episode where step t ended one: the core state resets there.
             first = torch.zeros((T1, B), dtype=torch.bool, device=obs.device)
             first[1:] = batch["terminated"] | batch["truncated"]
-            params_all, values_all, (h_all, c_all) = model.unroll(obs, (batch["core_h0"], batch["core_c0"]), first)
-            params_t = params_all[:T]
-            final_values = None
-            if M:
-                # A truncated episode's final observation continues from the state after its last step.
-                idx = batch["final_index"]
-                state = (h_all[:T].reshape(T * B, -1)[idx], c_all[:T].reshape(T * B, -1)[idx])
-                final_values = model.value_after(final_obs, state)
+            with self.autocast(obs.device):
+                params_all, values_all, (h_all, c_all) = model.unroll(obs, (batch["core_h0"], batch["core_c0"]), first)
+                final_values = None
+                if M:
+                    # A truncated episode's final observation continues from the state after its last step.
+                    idx = batch["final_index"]
+                    state = (h_all[:T].reshape(T * B, -1)[idx], c_all[:T].reshape(T * B, -1)[idx])
+                    final_values = model.value_after(final_obs, state).float()
+            params_t, values_all = params_all[:T].float(), values_all.float()
         else:
             flat = obs.reshape(T1 * B, *obs.shape[2:])
             if M:
                 flat = torch.cat([flat, final_obs], 0)
-            params, values = model(flat)
+            with self.autocast(obs.device):
+                params, values = model(flat)
+            params, values = params.float(), values.float()
             params_t = params[: T * B].reshape(T, B, -1)
             values_all = values[: T1 * B].reshape(T1, B)
             final_values = values[T1 * B :] if M else None
