@@ -92,7 +92,8 @@ including start-up."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
 `configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups,
-CPU learner) for a few minutes: the mean episode return (game score,
+CPU learner with bf16 forward passes where the CPU does bf16 natively,
+`learner.precision: auto`) for a few minutes: the mean episode return (game score,
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
 play scores about -20.5."""),
     ("soak", """## soak: resident memory over a long run
