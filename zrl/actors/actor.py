@@ -31,8 +31,8 @@ from zrl import spaces, transport, wire
 from zrl.config import Config
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
-from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender
-from zrl.models import flatten_parameters
+from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender, resolve_precision
+from zrl.models import ActingCopy, flatten_parameters
 
 log = logging.getLogger("zrl.actor")
 
@@ -276,6 +276,7 @@ class Actor:
         self.env_steps = 0
         self.model: torch.nn.Module | None = None
         self.recorders: list = []
+        self._acting_copy: ActingCopy | None = None  # actor.precision bf16: the model acted with
 
     @property
     def policy_version(self) -> int:
@@ -291,6 +292,8 @@ class Actor:
         log.info("actor %d: %s", self.index, text)
 
     def _on_weights(self, version: int) -> None:
+        if self._acting_copy is not None:
+            self._acting_copy.sync()
         for r in self.recorders:
             r.policy_version = version
 
@@ -319,16 +322,21 @@ class Actor:
             if not self.link.connect():
                 return 0
             sender = Sender(self.index)
+            acting = self.model
+            precision = resolve_precision(cfg.actor.precision, torch.device("cpu"))
+            if precision == "bf16":
+                self._acting_copy = ActingCopy(self.model, self.link.flat)
+                acting = self._acting_copy.model
             if self.eval_mode:
-                policy, self.recorders = algo.make_eval_policy(self.model, greedy=True), [NullRecorder()]
+                policy, self.recorders = algo.make_eval_policy(acting, greedy=True), [NullRecorder()]
             else:
-                policy = algo.make_policy(self.model, actor_index=self.index, num_actors=self.num_actors, seed=seed)
-                self.recorders = [algo.make_recorder(self.model, num_envs=width, sender=sender) for _ in range(G)]
+                policy = algo.make_policy(acting, actor_index=self.index, num_actors=self.num_actors, seed=seed)
+                self.recorders = [algo.make_recorder(acting, num_envs=width, sender=sender) for _ in range(G)]
             for r in self.recorders:
                 r.policy_version = self.policy_version
             what = "evaluating greedily" if self.eval_mode else "acting"
             groups = f" in {G} groups" if G > 1 else ""
-            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}{groups}, {what}, policy version {self.policy_version}")
+            self._say(f"connected to {self.learner}: {K} x {cfg.env.id}{groups}, {what} ({precision}), policy version {self.policy_version}")
             return self._loop(envs, policy, sender)
         except LearnerFinished as e:
             self._say(f"learner finished ({e}); exiting")
@@ -366,10 +374,10 @@ class Actor:
             self.link.poll_weights()
             nxt = (g + 1) % G
             if G > 1:
-                next_actions = streams[nxt].act(obs[nxt])  # overlaps group g's stepping
+                # Act for the next group while group g steps, and hand it its actions at once:
+                # both groups then step together while we wait for g.
+                envs[nxt].step_async(streams[nxt].act(obs[nxt]))
             step = envs[g].step_wait()
-            if G > 1:
-                envs[nxt].step_async(next_actions)
             for frame in streams[g].observe(step):
                 self.link.send(frame, drop=drop)
             self.env_steps += width

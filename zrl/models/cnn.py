@@ -50,7 +50,7 @@ class _Torso(nn.Module):
         self.out_dim = hidden
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.convs(preprocess(obs))
+        x = self.convs(preprocess(obs, self.fc.weight.dtype))
         return torch.relu(self.fc(x.flatten(1)))
 
 

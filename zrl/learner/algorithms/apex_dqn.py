@@ -48,7 +48,7 @@ class ApexPolicy(Policy):
 
     def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():
-            q = self.model(torch.from_numpy(obs)).numpy()
+            q = self.model(torch.from_numpy(obs)).float().numpy()
         actions = q.argmax(1)
         explore = self.rng.random(len(actions)) < self.epsilon
         if explore.any():
@@ -160,7 +160,7 @@ class ApexRecorder(Recorder):
         self.out = {k: [] for k in self.out}
         # Initial priorities: |R + discount * max_a Q(s', a) - Q(s, a)| under this actor's net.
         with torch.inference_mode():
-            q_next = self.model(torch.from_numpy(arrays["next_obs"])).max(1).values.numpy()
+            q_next = self.model(torch.from_numpy(arrays["next_obs"])).max(1).values.float().numpy()
         td = arrays["reward"] + arrays["discount"] * q_next - arrays.pop("q_sa")
         arrays["priority"] = (np.abs(td) + self.hp.priority_eps).astype(np.float32)
         return [self.sender.encode(wire.Kind.TRAJECTORY, arrays, self.policy_version)]

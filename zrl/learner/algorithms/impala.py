@@ -54,9 +54,10 @@ class ImpalaPolicy(Policy):
         """Policy parameters, and the next core state (None without a core); call under inference_mode."""
         x = torch.from_numpy(obs)
         if not self.model.recurrent:
-            return self.model.policy(x), None
-        params, _, new = self.model.step(x, tuple(torch.from_numpy(s) for s in state))
-        return params, tuple(s.numpy() for s in new)
+            return self.model.policy(x).float(), None  # float(): a bf16 acting copy's outputs
+        dtype = self.model.dtype
+        params, _, new = self.model.step(x, tuple(torch.from_numpy(s).to(dtype) for s in state))
+        return params.float(), tuple(s.float().numpy() for s in new)
 
     def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():

@@ -1,0 +1,96 @@
+"""actor.precision: actors that act with a bfloat16 copy of the learner's weights."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zrl import spaces
+from zrl.config import ConfigError, load_config
+from zrl.learner import algorithms
+from zrl.models import ActingCopy, flatten_parameters
+from conftest import small_config, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+PONG_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pong_impala.yaml"
+OBS = spaces.BoxSpec((4, 84, 84), "uint8", 0.0, 255.0)
+PONG_ACTIONS = spaces.DiscreteSpec(6)
+
+
+def test_actor_precision_must_be_fp32_bf16_or_auto():
+    with pytest.raises(ConfigError, match="actor.precision"):
+        load_config(PONG_CONFIG, ["actor.precision=fp16"])
+    assert load_config(PONG_CONFIG, ["actor.precision=bf16"]).actor.precision == "bf16"
+
+
+@pytest.mark.parametrize("core", ["feedforward", "lstm"])
+def test_a_bf16_copy_records_the_log_prob_of_what_it_sampled(core):
+    over = ["actor.num_envs=8"] + (["model.lstm_size=32"] if core == "lstm" else [])
+    cfg = load_config(PONG_CONFIG, over)
+    algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
+    torch.manual_seed(0)
+    master = algo.build_model().eval()
+    master_flat = flatten_parameters(master)
+    acting = ActingCopy(master, master_flat)
+    assert all(p.dtype == torch.bfloat16 for p in acting.model.parameters())
+    assert all(p.dtype == torch.float32 for p in master.parameters())  # the master is untouched
+
+    obs = np.random.default_rng(0).integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
+    policy = algo.make_policy(acting.model, actor_index=0, num_actors=1, seed=0)
+    state = policy.initial_state(8)
+    actions, extras = policy.act(obs, state)
+    logp = extras["behaviour_logp"]
+    assert actions.shape == (8,) and logp.dtype == np.float32 and np.isfinite(logp).all()
+
+    # log mu(a|x) is the copy's own distribution (the one sampled from), in float32 ...
+    with torch.inference_mode():
+        x = torch.from_numpy(obs)
+        if core == "lstm":
+            params16, _, new = acting.model.step(x, tuple(torch.from_numpy(s).bfloat16() for s in state))
+            params32, _, _ = master.step(x, tuple(torch.from_numpy(s) for s in state))
+            assert all(s.dtype == np.float32 and s.shape == (8, 32) for s in extras["state"])
+            np.testing.assert_array_equal(extras["state"][0], new[0].float().numpy())
+        else:
+            params16, params32 = acting.model.policy(x), master.policy(x)
+        head = master.head
+        expected = head.log_prob(params16.float(), torch.from_numpy(actions)).numpy()
+    np.testing.assert_array_equal(logp, expected)
+    # ... and close to the fp32 master's: V-trace's importance weights see only rounding.
+    p16, p32 = torch.softmax(params16.float(), -1), torch.softmax(params32, -1)
+    assert (p16 - p32).abs().max() < 0.02
+
+
+def test_sync_casts_the_masters_new_weights_into_the_copy():
+    cfg = load_config(PONG_CONFIG, [])
+    algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
+    master = algo.build_model()
+    master_flat = flatten_parameters(master)
+    acting = ActingCopy(master, master_flat)
+    before = acting.flat.clone()
+    with torch.no_grad():
+        master_flat.copy_(torch.randn_like(master_flat))
+    assert torch.equal(acting.flat, before)  # nothing moves until sync()
+    acting.sync()
+    assert torch.equal(acting.flat, master_flat.bfloat16())
+    # The parameters are views of the flat buffer, so the module sees the new weights.
+    first = next(acting.model.parameters())
+    assert torch.equal(first.reshape(-1), master_flat[: first.numel()].bfloat16())
+
+
+def test_a_bf16_actor_trains_and_follows_the_learners_weights(make_learner, make_actor):
+    cfg = small_config("actor.precision=bf16")
+    learner, _ = make_learner(cfg)
+    actor, runner = make_actor(cfg, max_steps=10**9)
+    wait_for(lambda: learner.updates >= 3, 60, "learner updates from a bf16 actor's data")
+    wait_for(lambda: actor.weights_applied >= 3, 60, "actor applies published weights")
+    actor.stop.set()
+    runner.join(30)
+    assert not learner.rejected  # every chunk of the bf16 actor passed the learner's checks
+    copy = actor._acting_copy
+    assert copy is not None and copy.flat.dtype == torch.bfloat16
+    # The copy holds the newest weights the actor applied, cast to bf16.
+    assert torch.equal(copy.flat, actor.link.flat.bfloat16())
+    assert actor.policy_version >= 1
