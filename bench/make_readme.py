@@ -80,7 +80,24 @@ training (rates from the learner's first batch on), the learner's share of
 time waiting for data, policy lag in updates. learner update: zrl's step from
 wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
-already in tensors (target: at most 1.10)."""),
+already in tensors (target: at most 1.10).
+
+**Pong actor -> sink is below its 0.8 target on this machine** (0.51-0.71
+over the runs so far, 0.65 in the table). On 2 cores the emulator alone keeps both cores busy
+(raw: 265-295 µs of CPU per env step), so the policy's CPU comes out of the
+emulator's share. One forward pass over 8 stacked frames costs 0.5 ms of CPU
+alone and 0.6-1.0 ms next to the emulator threads (cache and memory
+contention). An actor measured 420-455 µs of CPU per env step. Its main
+thread used about 0.5 core, the four emulator threads 1.0 core, and about
+0.5 core sat idle waiting on the other group. A stand-in loop that spins for
+0.5 ms per group instead of running inference reaches 0.76-0.80 of raw; one
+that spins for 1.0 ms reaches 0.57-0.60. So 0.8 needs the policy under about
+0.5 ms per 8 frames *next to* the emulator. Two changes of 2026-11-23 brought
+it closer. First, the next group's actions go out as soon as they are
+computed: 3.5-4.1k to 4.0-4.2k steps/s, A/B in the same run. Second,
+`actor.precision: auto` acts with a bf16 copy of the weights: 2.8-3.1k to
+3.5-3.6k steps/s in consecutive subprocess runs. With more cores than
+emulator threads, the policy would get a core of its own."""),
     ("learning", """## learning: time to solve CartPole-v1
 
 Wall time from the command's start (process start-up included) and env steps
@@ -91,11 +108,27 @@ counts a greedy evaluation actor's episodes. Issue 2's aim: under 10 s
 including start-up."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
-`configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups,
-CPU learner with bf16 forward passes where the CPU does bf16 natively,
-`learner.precision: auto`) for a few minutes: the mean episode return (game score,
+`configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups
+acting with bf16 weights, CPU learner with bf16 forward passes where the CPU
+does bf16 natively: `actor.precision` and `learner.precision` auto) for a few minutes: the mean episode return (game score,
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
-play scores about -20.5."""),
+play scores about -20.5.
+
+**In 10 minutes on this CPU the curve barely moves, and it does not always
+move.** The learner is the bottleneck. An update of 32 x 20 steps takes
+95-150 ms, depending on how busy the machine is, so a run gets 2,800-4,000
+updates. PPO and A2C take tens of thousands of gradient steps over the same
+frames. The runs so far:
+
+| date  | frames/s | first minute -> tenth minute |
+| ----- | -------- | ---------------------------- |
+| 11-22 | 17.0k    | -20.24 -> -19.76             |
+| 11-23 | 11.9k    | -20.26 -> -20.34 (flat)      |
+| 11-23 | 11.5k    | -20.32 -> -20.02 (the table) |
+
+Two 11-23 variants did no better: learning rate 1e-3 went from -20.4 to
+-20.2 in 10 minutes, and batches of 8 columns went from -20.5 to -20.1 in
+6 minutes. Give it a GPU learner, or hours, to see Pong learn."""),
     ("soak", """## soak: resident memory over a long run
 
 A 10-minute `zrl run` of the default config with no return target; the
