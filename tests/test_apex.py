@@ -165,3 +165,27 @@ def test_replay_is_checkpointed_when_asked(tmp_path, endpoint, make_learner, mak
     resumed.algo._ensure_replay()
     assert len(resumed.algo.replay) == size
     assert resumed.updates == learner.updates
+
+
+def test_a_bf16_apex_actor_scores_priorities_in_float32(make_learner, make_actor):
+    from zrl.models import ActingCopy, flatten_parameters
+
+    cfg = apex_config("algo.n_step=1", "actor.precision=bf16")
+    algo = algorithms.get("apex_dqn")(cfg, OBS, ACT)
+    master = algo.build_model()
+    acting = ActingCopy(master, flatten_parameters(master))
+    policy = algo.make_policy(acting.model, actor_index=0, num_actors=1, seed=0)
+    rec = algo.make_recorder(acting.model, num_envs=1, sender=Sender(0))
+    obs0 = np.array([[0.1, 0.2]], np.float32)
+    actions, extras = policy.act(obs0)
+    assert extras["q_sa"].dtype == np.float32
+    rec.begin(obs0)
+    rec.record(actions, extras)
+    rec.observe(Step(np.array([[0.3, -0.1]], np.float32), np.array([1.0], np.float32), np.array([False]), np.array([False]), {}))
+    priority = wire.decode(bytes(rec._message()[0])).arrays["priority"]
+    assert priority.dtype == np.float32 and np.isfinite(priority).all() and priority[0] > 0
+    # And end to end: the learner trains on a bf16 actor's transitions.
+    learner, _ = make_learner(cfg)
+    make_actor(cfg)
+    wait_for(lambda: learner.updates >= 5, 60, "Ape-X updates from a bf16 actor")
+    assert not learner.rejected

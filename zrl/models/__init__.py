@@ -215,7 +215,7 @@ class ActorCritic(nn.Module):
     def _flat(self, obs: torch.Tensor) -> torch.Tensor:
         if self.cnn:
             return obs  # the CNN preprocesses its [N, C, H, W] input itself
-        return preprocess(obs, self.value.weight.dtype).reshape(obs.shape[0], self.obs_dim)
+        return preprocess(obs, self.dtype).reshape(obs.shape[0], self.obs_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.recurrent:
@@ -297,7 +297,7 @@ class QNetwork(nn.Module):
         return self.advantage.weight.dtype
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.torso(obs if self.cnn else preprocess(obs, self.advantage.weight.dtype).reshape(obs.shape[0], self.obs_dim))
+        h = self.torso(obs if self.cnn else preprocess(obs, self.dtype).reshape(obs.shape[0], self.obs_dim))
         adv = self.advantage(h)
         if not self.dueling:
             return adv
