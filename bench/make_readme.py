@@ -95,7 +95,7 @@ that spins for 1.0 ms reaches 0.57-0.60. So 0.8 needs the policy under about
 0.5 ms per 8 frames *next to* the emulator. Two changes of 2026-11-23 brought
 it closer. First, the next group's actions go out as soon as they are
 computed: 3.5-4.1k to 4.0-4.2k steps/s, A/B in the same run. Second,
-`actor.precision: auto` acts with a bf16 copy of the weights: 2.8-3.1k to
+`actor.precision: auto` acts in bf16: 2.8-3.1k to
 3.5-3.6k steps/s in consecutive subprocess runs. With more cores than
 emulator threads, the policy would get a core of its own."""),
     ("learning", """## learning: time to solve CartPole-v1

@@ -168,14 +168,11 @@ def test_replay_is_checkpointed_when_asked(tmp_path, endpoint, make_learner, mak
 
 
 def test_a_bf16_apex_actor_scores_priorities_in_float32(make_learner, make_actor):
-    from zrl.models import ActingCopy, flatten_parameters
-
     cfg = apex_config("algo.n_step=1", "actor.precision=bf16")
     algo = algorithms.get("apex_dqn")(cfg, OBS, ACT)
-    master = algo.build_model()
-    acting = ActingCopy(master, flatten_parameters(master))
-    policy = algo.make_policy(acting.model, actor_index=0, num_actors=1, seed=0)
-    rec = algo.make_recorder(acting.model, num_envs=1, sender=Sender(0))
+    acting = algo.build_model().to(torch.bfloat16)  # what a bf16 actor acts with
+    policy = algo.make_policy(acting, actor_index=0, num_actors=1, seed=0)
+    rec = algo.make_recorder(acting, num_envs=1, sender=Sender(0))
     obs0 = np.array([[0.1, 0.2]], np.float32)
     actions, extras = policy.act(obs0)
     assert extras["q_sa"].dtype == np.float32

@@ -236,9 +236,9 @@ class ActorConfig:
     """When the learner cannot take more data: block (stop stepping until it can) or
     drop (keep stepping, drop the chunk, count it). Either way memory stays flat."""
     precision: str = "fp32"
-    """fp32, bf16 or auto: the precision the actor's policy runs in. With bf16 the actor
-    acts with a bfloat16 copy of the weights, refreshed whenever new weights arrive;
-    the recorded log mu(a|x) is that copy's, so V-trace corrects for the difference.
+    """fp32, bf16 or auto: the precision the actor's policy runs in. With bf16 the actor's
+    model is bfloat16 and the weights it receives are cast into it on arrival; the
+    recorded log mu(a|x) is that model's, so V-trace corrects for the difference.
     auto: bf16 where the CPU does it natively (AVX-512 BF16 or AMX), else fp32. It
     pays off for CNNs (a quarter less CPU per forward pass next to the emulator
     threads); tiny MLPs gain nothing."""

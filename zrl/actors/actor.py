@@ -32,7 +32,7 @@ from zrl.config import Config
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
 from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender, resolve_precision
-from zrl.models import ActingCopy, flatten_parameters
+from zrl.models import flatten_parameters
 
 log = logging.getLogger("zrl.actor")
 
@@ -161,7 +161,8 @@ class LearnerLink:
             log.warning("ignoring weights of shape %s (model has %d parameters)", None if params is None else params.shape, self.n_params)
             return
         with torch.no_grad():
-            self.flat.copy_(torch.from_numpy(params))  # one copy into the parameters' shared buffer
+            # One copy into the parameters' shared buffer (a cast too, for a bf16 actor).
+            self.flat.copy_(torch.from_numpy(params))
         self.policy_version = msg.policy_version
         self.weights_applied += 1
         if self.on_weights is not None:
@@ -276,7 +277,6 @@ class Actor:
         self.env_steps = 0
         self.model: torch.nn.Module | None = None
         self.recorders: list = []
-        self._acting_copy: ActingCopy | None = None  # actor.precision bf16: the model acted with
 
     @property
     def policy_version(self) -> int:
@@ -292,8 +292,6 @@ class Actor:
         log.info("actor %d: %s", self.index, text)
 
     def _on_weights(self, version: int) -> None:
-        if self._acting_copy is not None:
-            self._acting_copy.sync()
         for r in self.recorders:
             r.policy_version = version
 
@@ -314,6 +312,10 @@ class Actor:
             obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
             algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
             self.model = algo.build_model()
+            precision = resolve_precision(cfg.actor.precision, torch.device("cpu"))
+            if precision == "bf16":
+                # The model itself in bf16: the link casts the weights it receives straight into it.
+                self.model.to(torch.bfloat16)
             self.model.eval()
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, obs_spec, action_spec, width)
             self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
@@ -322,16 +324,11 @@ class Actor:
             if not self.link.connect():
                 return 0
             sender = Sender(self.index)
-            acting = self.model
-            precision = resolve_precision(cfg.actor.precision, torch.device("cpu"))
-            if precision == "bf16":
-                self._acting_copy = ActingCopy(self.model, self.link.flat)
-                acting = self._acting_copy.model
             if self.eval_mode:
-                policy, self.recorders = algo.make_eval_policy(acting, greedy=True), [NullRecorder()]
+                policy, self.recorders = algo.make_eval_policy(self.model, greedy=True), [NullRecorder()]
             else:
-                policy = algo.make_policy(acting, actor_index=self.index, num_actors=self.num_actors, seed=seed)
-                self.recorders = [algo.make_recorder(acting, num_envs=width, sender=sender) for _ in range(G)]
+                policy = algo.make_policy(self.model, actor_index=self.index, num_actors=self.num_actors, seed=seed)
+                self.recorders = [algo.make_recorder(self.model, num_envs=width, sender=sender) for _ in range(G)]
             for r in self.recorders:
                 r.policy_version = self.policy_version
             what = "evaluating greedily" if self.eval_mode else "acting"

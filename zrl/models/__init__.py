@@ -8,7 +8,6 @@ and measure entropy, so algorithms are written once for Discrete and Box.
 """
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
@@ -17,7 +16,7 @@ from torch import nn
 from zrl import spaces
 from zrl.config import ModelConfig
 
-__all__ = ["ActingCopy", "PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "QNetwork", "build_actor_critic", "flatten_parameters", "mlp", "preprocess"]
+__all__ = ["PolicyHead", "CategoricalHead", "GaussianHead", "ActorCritic", "QNetwork", "build_actor_critic", "flatten_parameters", "mlp", "preprocess"]
 
 
 def _act(name: str) -> type[nn.Module]:
@@ -64,30 +63,10 @@ def flatten_parameters(model: nn.Module) -> torch.Tensor:
 
 def preprocess(obs: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Observations arrive in their wire dtype; uint8 images are scaled to [0, 1] here, on the
-    model's device, in the model's dtype (float32, or bfloat16 for an actor's acting copy)."""
+    model's device, in the model's dtype (float32, or bfloat16 for a bf16 actor)."""
     if obs.dtype == torch.uint8:
         return obs.to(dtype).mul_(1.0 / 255.0)
     return obs.to(dtype)
-
-
-class ActingCopy:
-    """A bfloat16 copy of a model for acting (`actor.precision: bf16`).
-
-    The fp32 master keeps receiving the learner's weights; `sync()` casts them
-    into the copy in one flat copy. The copy's outputs are bfloat16: policies
-    cast them to float32 before sampling and scoring, so the recorded log
-    mu(a|x) is exactly the distribution the actions were drawn from.
-    """
-
-    def __init__(self, master: nn.Module, master_flat: torch.Tensor):
-        self.master_flat = master_flat
-        self.model = copy.deepcopy(master).to(torch.bfloat16).eval()
-        self.flat = flatten_parameters(self.model)
-        self.sync()
-
-    def sync(self) -> None:
-        with torch.no_grad():
-            self.flat.copy_(self.master_flat)
 
 
 class PolicyHead(nn.Module):

@@ -54,7 +54,7 @@ class ImpalaPolicy(Policy):
         """Policy parameters, and the next core state (None without a core); call under inference_mode."""
         x = torch.from_numpy(obs)
         if not self.model.recurrent:
-            return self.model.policy(x).float(), None  # float(): a bf16 acting copy's outputs
+            return self.model.policy(x).float(), None  # float(): a bf16 actor's outputs
         dtype = self.model.dtype
         params, _, new = self.model.step(x, tuple(torch.from_numpy(s).to(dtype) for s in state))
         return params.float(), tuple(s.float().numpy() for s in new)
