@@ -14,6 +14,7 @@
 
 #include "replay/replay.h"
 #include "vtrace.h"
+#include "wire_gate.h"
 
 namespace py = pybind11;
 
@@ -563,6 +564,47 @@ void bind_replay(py::module_& m) {
           py::arg("state"));
 }
 
+// FrameGate.check runs once per received message: the frame is taken through the
+// raw buffer protocol (no py::buffer_info vectors), and the result is None or a
+// plain tuple.
+py::object gate_check(const zrl::FrameGate& gate, py::handle frame) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(frame.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
+  zrl::GateResult r = gate.check(static_cast<const uint8_t*>(view.buf), static_cast<std::size_t>(view.len));
+  PyBuffer_Release(&view);
+  if (r.layout < 0) return py::none();
+  return py::make_tuple(r.layout, r.sender_id, r.seq, r.policy_version, r.meta_offset, r.meta_len);
+}
+
+void bind_gate(py::module_& m) {
+  py::class_<zrl::FrameGate>(m, "FrameGate",
+                             "Checks frames of one kind against descriptor blocks Python accepted "
+                             "before (csrc/wire_gate.h); zrl.wire.Gate wraps it.")
+      .def(py::init<uint16_t, uint64_t>(), py::arg("kind"), py::arg("max_bytes"))
+      .def(
+          "add",
+          [](zrl::FrameGate& self, py::bytes block, uint64_t first, uint64_t end,
+             const py::iterable& bounds) {
+            std::vector<zrl::GateBound> bs;
+            for (py::handle item : bounds) {
+              auto t = item.cast<py::tuple>();
+              if (t.size() != 4)
+                throw py::value_error("bounds: expected (offset, count, itemsize, bound) tuples");
+              bs.push_back(zrl::GateBound{t[0].cast<uint64_t>(), t[1].cast<uint64_t>(),
+                                          t[2].cast<uint32_t>(), t[3].cast<uint64_t>()});
+            }
+            return self.add(std::string(block), first, end, bs);
+          },
+          py::arg("block"), py::arg("first"), py::arg("end"), py::arg("bounds"),
+          "Registers a descriptor block with the arrays' byte span and the bounds "
+          "[(offset, count, itemsize, bound)]; returns its id (0 after a reset of a full gate).")
+      .def("clear", &zrl::FrameGate::clear)
+      .def("__len__", &zrl::FrameGate::size)
+      .def("check", &gate_check, py::arg("frame"),
+           "None, or (layout, sender_id, seq, policy_version, meta_offset, meta_len) for a frame "
+           "the gate vouches for.");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -585,4 +627,5 @@ PYBIND11_MODULE(_core, m) {
         "Thresholds are > 0 (use inf for no clipping). Releases the GIL.");
 
   bind_replay(m);
+  bind_gate(m);
 }

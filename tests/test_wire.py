@@ -90,6 +90,21 @@ def test_layout_reuses_a_finished_frame_only_once_nothing_holds_it():
     assert layout.allocate() is not again  # handed out once: not finished, not reused
 
 
+def test_layout_reuses_the_newest_free_frame():
+    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.float32, (3, 2))])
+    msgs = [layout.allocate() for _ in range(5)]
+    frames = [m.finish(sender_id=0, seq=i, policy_version=0) for i, m in enumerate(msgs)]
+    # As ZeroMQ releases frames: oldest first. 0, 1 and 2 are free, 3 and 4 still held.
+    del frames[:3]
+    assert layout.allocate() is msgs[2]  # the newest free one: its bytes are the likeliest in cache
+    assert layout.allocate() is msgs[1]
+    frames.clear()
+    assert layout.allocate() is msgs[4]  # all free: the one finished last
+    assert layout.allocate() is msgs[3]
+    assert layout.allocate() is msgs[0]
+    assert all(layout.allocate() is not m for m in msgs)  # every finished frame handed out once
+
+
 def test_frames_in_flight_in_zeromq_are_never_reused(ctx, endpoint):
     pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
     pull.bind(endpoint)

@@ -200,7 +200,10 @@ class Layout:
         # Packed descriptors and the end of the last array, per list of shapes:
         # a sender that cuts the same rows again packs nothing.
         self._blocks: dict[tuple, tuple[bytes, int]] = {}
-        self._rows_shapes: dict[tuple, tuple] = {}
+        # OutMessage.finish: the rows a sender cuts (a tuple of its `rows` items) -> (block, frame length).
+        self._rows_blocks: dict[tuple, tuple[bytes, int]] = {}
+        self._kind = int(self.kind)
+        self._n = len(specs)
         # Finished frames, oldest first (the order ZeroMQ sends and releases them):
         # `allocate` reuses the oldest once nothing holds it any more, so a sender
         # with frames queued in ZeroMQ needs no fresh (zeroed, page-faulting) buffer.
@@ -220,6 +223,21 @@ class Layout:
             if len(self._blocks) >= 256:
                 self._blocks.clear()
             hit = self._blocks[shapes] = (bytes(block), end)
+        return hit
+
+    def _rows_block(self, rows: Mapping[str, int], msg: "OutMessage") -> tuple[bytes, int]:
+        """The packed descriptors and the frame length for `rows` (cached; see OutMessage.finish)."""
+        for n, r in rows.items():
+            if n not in msg.arrays:
+                raise ValueError(f"rows names {n!r}, which is not an array of this layout ({self.names})")
+            if not 0 <= r <= msg.arrays[n].shape[0]:
+                raise ValueError(f"{n}: {r} rows exceed the layout's capacity {msg.arrays[n].shape[0]}")
+        shapes = tuple((rows[n], *s[1:]) if n in rows else s for n, s in zip(self.names, self.shapes))
+        block, end = self._block(shapes)
+        hit = (block, max(self.meta_offset, end))
+        if len(self._rows_blocks) >= 256:
+            self._rows_blocks.clear()
+        self._rows_blocks[tuple(rows.items())] = hit
         return hit
 
     def write_header(self, buf, *, sender_id: int, seq: int, policy_version: int, meta: bytes = b"", shapes=None) -> int:
@@ -246,11 +264,28 @@ class Layout:
         write (the bytes between arrays stay zero). A Layout serves one thread.
         """
         finished = self._finished
-        if finished and finished[0]._idle():
-            m = finished.popleft()
-            m._done = False
-            return m
-        return OutMessage(self)
+        if not finished:
+            return OutMessage(self)
+        if finished[-1]._idle():
+            # The frame sent last is free already (pyzmq copies small frames): reuse it,
+            # so a stream of small messages writes one cache-hot buffer.
+            m = finished.pop()
+        elif finished[0]._idle():
+            # ZeroMQ releases frames in the order it sent them, so the free ones are the
+            # oldest: take the newest of those (the one most likely still in cache).
+            lo, hi = 0, len(finished) - 1  # finished[lo] is free, finished[hi] is not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if finished[mid]._idle():
+                    lo = mid
+                else:
+                    hi = mid
+            m = finished[lo]
+            del finished[lo]
+        else:
+            return OutMessage(self)
+        m._done = False
+        return m
 
 
 class OutMessage:
@@ -263,6 +298,7 @@ class OutMessage:
         for name, dt, shape, (off, nbytes) in zip(layout.names, layout.dtypes, layout.shapes, layout.regions):
             self.arrays[name] = self.buffer[off : off + nbytes].view(dt).reshape(shape)
         self._done = False
+        self._block: bytes | None = None  # the descriptor block last written into the buffer
         self._idle_refs = sys.getrefcount(self.buffer)  # the buffer's references from this object alone
 
     def _idle(self) -> bool:
@@ -278,23 +314,21 @@ class OutMessage:
         `Layout.allocate` hands the buffer out again.
         """
         layout = self.layout
-        shapes = layout._shapes_t
-        if rows:
-            key = tuple(rows.items())
-            shapes = layout._rows_shapes.get(key)
-            if shapes is None:
-                shapes = tuple((rows[n], *s[1:]) if n in rows else s for n, s in zip(layout.names, layout.shapes))
-                for n, s in zip(layout.names, shapes):
-                    if n in rows and rows[n] > self.arrays[n].shape[0]:
-                        raise ValueError(f"{n}: {rows[n]} rows exceed the layout's capacity {self.arrays[n].shape[0]}")
-                if len(layout._rows_shapes) >= 256:
-                    layout._rows_shapes.clear()
-                layout._rows_shapes[key] = shapes
-        total = layout.write_header(self.buffer, sender_id=sender_id, seq=seq, policy_version=policy_version, shapes=shapes)
+        key = tuple(rows.items()) if rows else ()
+        hit = layout._rows_blocks.get(key)
+        if hit is None:
+            hit = layout._rows_block(rows or {}, self)
+        block, total = hit
+        buf = self.buffer
+        if self._block is not block:  # a reused frame cut to the same rows keeps its descriptors
+            if block:
+                memoryview(buf)[HEADER_SIZE : HEADER_SIZE + len(block)] = block
+            self._block = block
+        HEADER.pack_into(buf, 0, MAGIC, PROTOCOL_VERSION, layout._kind, sender_id, layout._n, seq, policy_version, 0, 0, total)
         if not self._done:
             self._done = True
             layout._finished.append(self)
-        return memoryview(self.buffer)[:total]
+        return memoryview(buf)[:total]
 
 
 # ---------------------------------------------------------------------------
@@ -503,6 +537,98 @@ class Schema:
 
     def describe(self, f: Field) -> str:
         return "(" + ", ".join(str(self.fixed.get(d, d)) if isinstance(d, str) else str(d) for d in f.shape) + ")"
+
+
+class Gate:
+    """A receiver's checks of a data frame: `decode`, then, for TRAJECTORY frames, the
+    algorithm's schema and value checks. Raises WireError; returns (message, bindings).
+
+    The first frame of each layout (its descriptor block: names, dtypes, shapes,
+    offsets) takes the Python path above. Once one passes, the layout goes to the C++
+    `FrameGate` (csrc/wire_gate.h) with the algorithm's `value_bounds`, and later
+    frames with the same descriptors are checked there in one call: header, bounds,
+    values. The C++ check only vouches; a frame it does not accept takes the Python
+    path, which gives the reason. An algorithm whose `value_bounds` is None (its checks
+    do not fit "integer < bound") stays on the Python path.
+    """
+
+    MAX_LAYOUTS = 64  # the C++ gate's table (FrameGate::kMaxLayouts)
+
+    def __init__(self, max_bytes: int, allowed_kinds: frozenset[int], fast: bool = True):
+        self.max_bytes = max_bytes
+        self.allowed_kinds = allowed_kinds
+        self.schema: Schema | None = None
+        self._check_values = None
+        self._value_bounds = None
+        self._fast = None
+        if fast and int(Kind.TRAJECTORY) in allowed_kinds:
+            from zrl import _core
+
+            self._fast = _core.FrameGate(int(Kind.TRAJECTORY), max_bytes)
+        self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int]]] = []  # by FrameGate id
+        self._blocks: set[bytes] = set()
+
+    def set_trajectory_checks(self, schema: "Schema", check_values, value_bounds) -> None:
+        """check_values(msg, bindings) raises WireError; value_bounds(bindings) gives
+        {array: bound} with the same meaning (every element, read as unsigned, < bound), or None."""
+        self.schema, self._check_values, self._value_bounds = schema, check_values, value_bounds
+        if self._fast is not None:
+            self._fast.clear()
+        self._layouts.clear()
+        self._blocks.clear()
+
+    def check(self, frame) -> tuple[Message, dict[str, int] | None]:
+        """The message, and its schema bindings (None for a kind other than TRAJECTORY)."""
+        buf = frame.buffer if hasattr(frame, "buffer") else frame
+        fast = self._fast
+        if fast is not None:
+            hit = fast.check(buf)
+            if hit is not None:
+                layout, sender_id, seq, policy_version, meta_offset, meta_len = hit
+                infos, bindings = self._layouts[layout]
+                meta = buf[meta_offset : meta_offset + meta_len] if meta_len else b""
+                return Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, buf, len(buf)), bindings
+        msg = decode(buf, self.max_bytes, self.allowed_kinds)
+        if msg.kind != Kind.TRAJECTORY:
+            return msg, None
+        if self.schema is None:
+            raise WireError(Reason.NOT_READY, "trajectory before any hello agreed the specs")
+        bindings = self.schema.check(msg)
+        self._check_values(msg, bindings)
+        if fast is not None and msg.infos:
+            self._register(buf, msg, bindings)
+        return msg, bindings
+
+    def _register(self, buf, msg: Message, bindings: dict[str, int]) -> None:
+        block = bytes(buf[HEADER_SIZE : HEADER_SIZE + DESCRIPTOR_SIZE * len(msg.infos)])
+        if block in self._blocks:
+            return
+        bounds = self._value_bounds(bindings) if self._value_bounds is not None else None
+        if bounds is None:
+            self._blocks.add(block)  # decided: this layout stays on the Python path
+            return
+        infos = {i.name: i for i in msg.infos}
+        rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b)) for n, b in bounds.items()]
+        first = min(i.offset for i in msg.infos)
+        end = max(i.offset + i.nbytes for i in msg.infos)
+        layout = self._fast.add(block, first, end, rules)
+        if layout == 0:  # a full table starts over
+            self._layouts.clear()
+            self._blocks.clear()
+        self._layouts.append((msg.infos, bindings))
+        self._blocks.add(block)
+
+
+def check_bounds(msg: Message, bounds: Mapping[str, int]) -> None:
+    """WireError(bad_value) unless every element of each named integer array, read as
+    unsigned (so a negative one reads as huge), is below its bound."""
+    for name, bound in bounds.items():
+        a = msg.arrays[name]
+        if a.size and int(a.view(_UNSIGNED[a.dtype.itemsize]).max()) >= bound:
+            raise WireError(Reason.BAD_VALUE, f"{name} outside [0, {bound})")
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 class HelloInvalid(ValueError):

@@ -16,10 +16,14 @@ the learner's cap, one I/O thread per context.
   into the frame is not included: it is the environment loop's work, which
   any sender needs to build its payload.
 - zrl, receiver (the learner's `_handle_data` up to batching):
-  `pull.recv(copy=False)`, `wire.decode` with the learner's allowed kinds
-  (TRAJECTORY, STATS) and cap (`learner.max_message_bytes`), the real
-  `Impala.trajectory_schema(batch_size).check`, `msg.arrays`, and
-  `Impala.check_values` (action and final_index ranges).
+  `pull.recv(copy=False)` and the learner's `wire.Gate` with its allowed
+  kinds (TRAJECTORY, STATS), cap (`learner.max_message_bytes`), the real
+  `Impala.trajectory_schema(batch_size)` and Impala's value checks (action
+  and final_index ranges). The first frame of a layout takes the Python
+  path (decode, schema, check_values) and registers the layout; the rest
+  take the C++ FrameGate, as in the learner. The arrays' numpy views are
+  made later, by `collate` on the trainer thread, as in the learner (before
+  the gate they were made here: ~1.8 us per message).
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
   copy=False when it is at least pyzmq's copy threshold (64 KiB) and the
   default copy otherwise; `recv(copy=False)` and nothing else.
@@ -148,13 +152,11 @@ def _receiver_main(conn) -> None:
         teardown()
         algo = _impala(chunk)
         cap = algo.config.learner.max_message_bytes
-        state.update(
-            schema=algo.trajectory_schema(algo.config.learner.batch_size),
-            check_values=algo.check_values,
-            cap=cap,
-            kinds=frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)}),  # the learner's data kinds
-            frame_bytes=frame_bytes,
-        )
+        from zrl.learner.learner import DATA_KINDS
+
+        gate = wire.Gate(cap, DATA_KINDS)  # as the learner builds it
+        gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.value_bounds)
+        state.update(gate=gate, frame_bytes=frame_bytes)
         endpoints = {}
         for mode in MODES:
             s = _socket(ctx, zmq.PULL, _hwm(frame_bytes), cap)
@@ -175,17 +177,9 @@ def _receiver_main(conn) -> None:
             for _ in range(n - 1):
                 recv(copy=False)
             return perf() - t0
-        decode, schema, check_values = wire.decode, state["schema"], state["check_values"]
-        cap, kinds = state["cap"], state["kinds"]
+        handle = state["gate"].check  # what the learner's _handle_data runs per frame
 
-        def handle(frame):
-            msg = decode(frame, max_bytes=cap, allowed_kinds=kinds)
-            bindings = schema.check(msg)
-            msg.arrays  # noqa: B018 - the views the batcher reads
-            check_values(msg, bindings)
-            return msg
-
-        msg = handle(recv(copy=False))
+        msg, _ = handle(recv(copy=False))
         if msg.nbytes != state["frame_bytes"]:
             raise RuntimeError(f"zrl frame of {msg.nbytes} bytes, expected {state['frame_bytes']}")
         t0 = perf()
@@ -373,8 +367,8 @@ def run(opts: BenchOptions) -> BenchResult:
         "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
         "zrl sender: a fresh frame from the IMPALA recorder's wire.Layout per chunk, obs[0] = bootstrap obs, Sender.finish "
         "(M = 0 truncated rows), send(copy=False). Filling the T steps is the env loop's work and is not counted.",
-        "zrl receiver: recv(copy=False), wire.decode (TRAJECTORY/STATS allowed, cap learner.max_message_bytes), "
-        "Impala.trajectory_schema(batch_size).check, msg.arrays, Impala.check_values: the learner up to batching.",
+        "zrl receiver: recv(copy=False) and the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, "
+        "Impala's schema and value checks; C++ FrameGate for layouts seen before): the learner up to batching.",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
         "threshold), default copy below; recv(copy=False) only.",
         "Sender and receiver are separate spawned processes; tcp://127.0.0.1 (port chosen by the OS) or ipc:// in a "

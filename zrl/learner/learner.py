@@ -48,6 +48,7 @@ log = logging.getLogger("zrl.learner")
 
 STATS_MAX_VALUES = 4096  # per array in one stats message
 STATS_MAX_CUSTOM = 64  # distinct custom scalar names accepted (TensorBoard tags are not unbounded)
+DATA_KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})  # what actors send on the PULL socket
 
 
 class HelloRefused(Exception):
@@ -155,6 +156,8 @@ class Learner:
         self.obs_spec: spaces.Spec | None = None
         self.action_spec: spaces.Spec | None = None
         self.schema: wire.Schema | None = None
+        # The receiver's checks of trajectory and stats frames (a C++ fast path for layouts seen before).
+        self.gate = wire.Gate(config.learner.max_message_bytes, DATA_KINDS)
         self._latest_weights: tuple[int, np.ndarray] | None = None
         self._resume_state: dict[str, Any] | None = None
         if resume:
@@ -232,6 +235,7 @@ class Learner:
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
         self.schema = algo.trajectory_schema(self.config.learner.batch_size)
+        self.gate.set_trajectory_checks(self.schema, algo.check_values, algo.value_bounds)
         self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 
@@ -305,7 +309,6 @@ class Learner:
     def _receive_loop_inner(self) -> None:
         max_bytes = self.config.learner.max_message_bytes
         control_kinds = frozenset({int(wire.Kind.HELLO)})
-        data_kinds = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})
         poller = zmq.Poller()
         poller.register(self.control, zmq.POLLIN)
         poller.register(self.pull, zmq.POLLIN)
@@ -319,7 +322,7 @@ class Learner:
                         frame = self.pull.recv(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    item = self._handle_data(frame, data_kinds, max_bytes)
+                    item = self._handle_data(frame)
                     if item is not None:
                         self._enqueue(item, control_kinds, max_bytes)
 
@@ -358,17 +361,13 @@ class Learner:
         except zmq.ZMQError:
             pass  # peer gone; nothing to do
 
-    def _handle_data(self, frame, kinds, max_bytes):
+    def _handle_data(self, frame):
         """Checks one message; stats are recorded here, trajectories returned for the queue."""
         try:
-            msg = wire.decode(frame, max_bytes=max_bytes, allowed_kinds=kinds)
-            if msg.kind == wire.Kind.STATS:
+            msg, bindings = self.gate.check(frame)
+            if bindings is None:  # STATS, the only other data kind
                 self._on_stats(msg)
                 return
-            if self.schema is None:
-                raise wire.WireError(wire.Reason.NOT_READY, "trajectory before any hello agreed the specs")
-            bindings = self.schema.check(msg)
-            self.algo.check_values(msg, bindings)
         except wire.WireError as e:
             self._reject(e.reason.value, e.detail)
             return

@@ -204,6 +204,11 @@ class Algorithm:
     def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
         """Content checks a schema cannot express (index ranges, action bounds); raise wire.WireError."""
 
+    def value_bounds(self, bindings: dict[str, int]) -> dict[str, int] | None:
+        """check_values as {integer array: bound} (every element, read as unsigned, < bound), which
+        the learner's C++ gate checks without Python; None if check_values checks anything else."""
+        return None
+
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 

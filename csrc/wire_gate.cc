@@ -1,0 +1,100 @@
+#include "wire_gate.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace zrl {
+namespace {
+
+constexpr std::size_t kHeaderSize = 48;
+constexpr std::size_t kDescriptorSize = 80;
+constexpr std::size_t kMaxArrays = 64;
+constexpr uint16_t kProtocolVersion = 1;
+
+// Little-endian loads from possibly unaligned frame bytes (the wire is
+// little-endian; so are the hosts zrl builds on, see csrc/client/wire.h).
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <typename T>
+bool all_below(const uint8_t* p, uint64_t count, uint64_t bound) {
+  // The max, not an early exit: the loop vectorises, and bad frames are rare.
+  T hi = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    T v = load<T>(p + i * sizeof(T));
+    hi = v > hi ? v : hi;
+  }
+  return count == 0 || static_cast<uint64_t>(hi) < bound;
+}
+
+}  // namespace
+
+FrameGate::FrameGate(uint16_t kind, uint64_t max_bytes) : kind_(kind), max_bytes_(max_bytes) {}
+
+int FrameGate::add(const std::string& block, uint64_t first, uint64_t end,
+                   const std::vector<GateBound>& bounds) {
+  if (block.empty() || block.size() % kDescriptorSize != 0 ||
+      block.size() / kDescriptorSize > kMaxArrays)
+    throw std::invalid_argument("descriptor block of " + std::to_string(block.size()) +
+                                " bytes: expected 1 to 64 descriptors of 80 bytes");
+  if (first > end) throw std::invalid_argument("arrays span [first, end) with first > end");
+  for (const GateBound& b : bounds) {
+    if (b.itemsize != 1 && b.itemsize != 2 && b.itemsize != 4 && b.itemsize != 8)
+      throw std::invalid_argument("bound itemsize " + std::to_string(b.itemsize) +
+                                  ": expected 1, 2, 4 or 8");
+    if (b.count > (end - first) / b.itemsize || b.offset < first ||
+        b.offset + b.count * b.itemsize > end)
+      throw std::invalid_argument("bound's array lies outside the arrays' span");
+  }
+  if (layouts_.size() >= kMaxLayouts) layouts_.clear();
+  layouts_.push_back(Layout{block, first, end, bounds});
+  return static_cast<int>(layouts_.size() - 1);
+}
+
+void FrameGate::clear() { layouts_.clear(); }
+
+GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
+  GateResult r;
+  if (layouts_.empty() || n > max_bytes_ || n < kHeaderSize) return r;
+  if (std::memcmp(data, "ZRLW", 4) != 0) return r;
+  if (load<uint16_t>(data + 4) != kProtocolVersion || load<uint16_t>(data + 6) != kind_) return r;
+  const uint32_t n_arrays = load<uint32_t>(data + 12);
+  const uint32_t meta_len = load<uint32_t>(data + 32);
+  if (load<uint32_t>(data + 36) != 0 || load<uint64_t>(data + 40) != n) return r;  // flags, total
+  if (n_arrays == 0 || n_arrays > kMaxArrays) return r;
+  const uint64_t meta_offset = kHeaderSize + kDescriptorSize * uint64_t{n_arrays};
+  const uint64_t data_start = meta_offset + meta_len;
+  if (data_start > n) return r;
+  const std::size_t block_len = kDescriptorSize * n_arrays;
+  for (std::size_t i = 0; i < layouts_.size(); ++i) {
+    const Layout& L = layouts_[i];
+    if (L.block.size() != block_len || std::memcmp(L.block.data(), data + kHeaderSize, block_len) != 0)
+      continue;
+    if (L.first < data_start || L.end > n) return r;
+    for (const GateBound& b : L.bounds) {
+      const uint8_t* p = data + b.offset;
+      bool ok = false;
+      switch (b.itemsize) {
+        case 1: ok = all_below<uint8_t>(p, b.count, b.bound); break;
+        case 2: ok = all_below<uint16_t>(p, b.count, b.bound); break;
+        case 4: ok = all_below<uint32_t>(p, b.count, b.bound); break;
+        default: ok = all_below<uint64_t>(p, b.count, b.bound); break;
+      }
+      if (!ok) return r;
+    }
+    r.layout = static_cast<int>(i);
+    r.sender_id = load<uint32_t>(data + 8);
+    r.seq = load<uint64_t>(data + 16);
+    r.policy_version = load<uint64_t>(data + 24);
+    r.meta_offset = meta_offset;
+    r.meta_len = meta_len;
+    return r;
+  }
+  return r;
+}
+
+}  // namespace zrl

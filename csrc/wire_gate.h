@@ -1,0 +1,80 @@
+// FrameGate: the learner's per-message check of a trajectory frame, in one call.
+//
+// zrl/wire.py's `decode`, the algorithm's schema and its `check_values` are the
+// reference: they give every rejection its reason. They cost ~5 us of Python
+// per message, which is most of the receiver's time for small chunks. But an
+// actor sends the same layout over and over: the same arrays, dtypes, shapes
+// and offsets, so the same descriptor block. Once Python has accepted a frame,
+// it registers that block here with the value bounds its algorithm imposes
+// (e.g. action < n, final_index < T * K), and the gate checks later frames
+// with that block itself:
+//
+//   - the header, as decode does: length <= max_bytes, magic, protocol
+//     version, kind (the one kind the gate serves), total length == frame
+//     length, flags == 0, the descriptors and meta inside the frame;
+//   - the descriptor block, byte for byte against the registered ones;
+//   - that the arrays lie after the meta and inside the frame;
+//   - every bound: each element, read as unsigned, is < bound (so a negative
+//     signed value fails too).
+//
+// The gate only ever vouches: a frame it does not accept (unknown block, or
+// any check failing) goes to the Python path, which rejects it with a reason
+// or accepts and registers it. So it can never accept what Python would not,
+// and it never has to explain a rejection.
+//
+// Not thread-safe: one receiver thread owns a gate (add/clear/check).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zrl {
+
+struct GateBound {
+  uint64_t offset = 0;  // of the array, from the frame's start
+  uint64_t count = 0;   // elements
+  uint32_t itemsize = 0;  // 1, 2, 4 or 8
+  uint64_t bound = 0;   // every element, as unsigned, must be < bound
+};
+
+struct GateResult {
+  int layout = -1;  // >= 0: accepted, with that registered layout; -1: not vouched for
+  uint32_t sender_id = 0;
+  uint64_t seq = 0;
+  uint64_t policy_version = 0;
+  uint64_t meta_offset = 0;
+  uint32_t meta_len = 0;
+};
+
+class FrameGate {
+ public:
+  static constexpr std::size_t kMaxLayouts = 64;
+
+  // kind: the message kind served (TRAJECTORY); max_bytes: the receiver's cap.
+  FrameGate(uint16_t kind, uint64_t max_bytes);
+
+  // Registers a descriptor block (80 bytes per array) that Python accepted, the
+  // byte range its arrays span, and the value bounds; returns the layout's id.
+  // Throws std::invalid_argument for a malformed block or bound. Past
+  // kMaxLayouts the gate forgets every layout first (ids restart at 0), so the
+  // caller must drop its own table when the id returned is 0.
+  int add(const std::string& block, uint64_t first, uint64_t end, const std::vector<GateBound>& bounds);
+  void clear();
+  std::size_t size() const { return layouts_.size(); }
+
+  GateResult check(const uint8_t* data, std::size_t n) const;
+
+ private:
+  struct Layout {
+    std::string block;
+    uint64_t first = 0, end = 0;
+    std::vector<GateBound> bounds;
+  };
+  uint16_t kind_;
+  uint64_t max_bytes_;
+  std::vector<Layout> layouts_;
+};
+
+}  // namespace zrl

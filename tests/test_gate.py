@@ -1,0 +1,148 @@
+"""wire.Gate: the learner's checks, with the C++ FrameGate for layouts it has accepted before.
+
+The fast path may only ever vouch: on any frame, a gate with it must give exactly what
+a gate without it (decode, schema, check_values in Python) gives, the same message or
+the same rejection reason.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zrl import spaces, wire
+from zrl.learner.algorithms.apex_dqn import ApexDQN
+from zrl.learner.algorithms.impala import Impala
+from zrl.config import load_config
+from conftest import ROOT, good_trajectory, small_config
+
+KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})
+CAP = 1 << 16
+
+
+def impala_gate(fast: bool, cfg=None, algo=None):
+    cfg = cfg or small_config()
+    algo = algo or Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    gate = wire.Gate(CAP, KINDS, fast=fast)
+    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.value_bounds)
+    return gate
+
+
+def chunk(cfg, seed: int = 0, M: int = 2) -> dict:
+    """A valid chunk with non-trivial values: actions in {0, 1}, M truncated rows."""
+    rng = np.random.default_rng(seed)
+    a = good_trajectory(cfg)
+    T, K = a["reward"].shape
+    a["obs"] = rng.standard_normal(a["obs"].shape).astype(np.float32)
+    a["action"] = rng.integers(0, 2, (T, K))
+    a["final_index"] = rng.choice(T * K, M, replace=False).astype(np.int32)
+    a["final_obs"] = rng.standard_normal((M, 4)).astype(np.float32)
+    return a
+
+
+def outcome(gate: wire.Gate, frame: bytes):
+    try:
+        msg, bindings = gate.check(frame)
+    except wire.WireError as e:
+        return ("rejected", e.reason)
+    return ("ok", msg.kind, msg.sender_id, msg.seq, msg.policy_version, bytes(msg.meta), bindings,
+            {k: v.tobytes() for k, v in msg.arrays.items()})
+
+
+def test_registered_layouts_skip_python_decode(monkeypatch):
+    cfg = small_config()
+    gate = impala_gate(True, cfg)
+    first = bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, 0), sender_id=3, seq=1))
+    msg, bindings = gate.check(first)
+    assert bindings == {"T": 5, "K": 4, "M": 2}
+
+    def no_python(*a, **k):
+        raise AssertionError("decode called for a layout the C++ gate knows")
+
+    monkeypatch.setattr(wire, "decode", no_python)
+    arrays = chunk(cfg, 1)
+    msg, bindings = gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays, sender_id=9, seq=2, policy_version=7)))
+    assert (msg.kind, msg.sender_id, msg.seq, msg.policy_version) == (wire.Kind.TRAJECTORY, 9, 2, 7)
+    assert bindings == {"T": 5, "K": 4, "M": 2}
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(msg.arrays[k], v)
+
+
+def test_bad_values_on_a_registered_layout_are_rejected_by_python():
+    cfg = small_config()
+    gate = impala_gate(True, cfg)
+    gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg))))
+    for name, value in [("action", 2), ("action", -1), ("final_index", 20), ("final_index", -3)]:
+        bad = chunk(cfg)
+        bad[name].flat[1] = value
+        with pytest.raises(wire.WireError) as e:
+            gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, bad)))
+        assert e.value.reason == wire.Reason.BAD_VALUE, (name, value)
+
+
+def test_fast_and_python_gates_agree_on_every_damaged_frame():
+    cfg = small_config()
+    fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)
+    rng = np.random.default_rng(7)
+    layouts = [bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, s, M))) for s, M in [(0, 0), (1, 2), (2, 5)]]
+    layouts.append(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, 3, 1), meta={"note": "meta moves the arrays"})))
+    for frame in layouts:
+        assert outcome(fast, frame) == outcome(slow, frame)
+    stats = bytes(wire.encode(wire.Kind.STATS, {"episode_return": np.ones(3)}))
+    results = {"ok": 0, "rejected": 0}
+    for i in range(4000):
+        b = bytearray(layouts[i % len(layouts)])
+        kind = i % 5
+        if kind == 0:  # a byte anywhere
+            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        elif kind == 1:  # a byte in the header or descriptors
+            b[int(rng.integers(0, wire.HEADER_SIZE + 8 * wire.DESCRIPTOR_SIZE))] ^= 1 << int(rng.integers(0, 8))
+        elif kind == 2:  # a value: action / final_index rows, read as little-endian ints
+            msg = wire.decode(bytes(b))
+            info = next(x for x in msg.infos if x.name == ("action" if i % 2 else "final_index"))
+            if info.nbytes:
+                at = info.offset + int(rng.integers(0, info.nbytes // info.dtype.itemsize)) * info.dtype.itemsize
+                b[at : at + info.dtype.itemsize] = int(rng.integers(-3, 25)).to_bytes(info.dtype.itemsize, "little", signed=True)
+        elif kind == 3:  # length
+            b = b[: int(rng.integers(0, len(b)))] if i % 2 else b + bytes(int(rng.integers(1, 80)))
+        else:  # the meta length, a field the descriptors do not cover
+            b[32:36] = int(rng.integers(0, 300)).to_bytes(4, "little")
+        got = outcome(fast, bytes(b))
+        assert got == outcome(slow, bytes(b)), i
+        results[got[0]] += 1
+    assert outcome(fast, stats) == outcome(slow, stats) and outcome(fast, stats)[0] == "ok"
+    assert results["ok"] > 500 and results["rejected"] > 1500  # both outcomes well exercised
+
+
+def test_new_checks_forget_registered_layouts():
+    cfg = small_config()
+    gate = impala_gate(True, cfg)
+    frame = bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg)))
+    gate.check(frame)
+    assert len(gate._fast) == 1
+    # A narrower action space: the action bound the C++ gate holds no longer applies.
+    algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(1))
+    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.value_bounds)
+    assert len(gate._fast) == 0
+    with pytest.raises(wire.WireError, match="action"):
+        gate.check(frame)
+
+
+def test_algorithms_without_value_bounds_stay_on_the_python_path():
+    cfg = load_config(ROOT / "configs" / "cartpole_apex.yaml")
+    algo = ApexDQN(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    assert algo.value_bounds({}) is None
+    gate = wire.Gate(CAP, KINDS)
+    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.value_bounds)
+    N = 6
+    arrays = {
+        "obs": np.zeros((N, 4), np.float32), "action": np.ones(N, np.int64), "reward": np.zeros(N, np.float32),
+        "discount": np.full(N, 0.99, np.float32), "next_obs": np.zeros((N, 4), np.float32), "priority": np.ones(N, np.float32),
+    }
+    frame = bytes(wire.encode(wire.Kind.TRAJECTORY, arrays))
+    for _ in range(3):
+        msg, bindings = gate.check(frame)
+        assert bindings == {"N": N}
+    assert len(gate._fast) == 0
+    arrays["priority"][2] = np.nan  # a float check only Python makes: still caught
+    with pytest.raises(wire.WireError, match="priorit"):
+        gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays)))
