@@ -57,12 +57,20 @@ equal."""),
 Two processes (an actor-side sender and a learner-side receiver) over tcp and
 ipc. zrl: the IMPALA recorder's in-place frame (`Layout.allocate`, the
 bootstrap row, `finish`), `send(copy=False)`; the receiver does what the
-learner does before batching (`recv(copy=False)`, `wire.decode` with the
-learner's kinds and cap, the IMPALA schema check, array views,
-`check_values`). raw: a preallocated payload of the zrl frame's length,
-`send`/`recv(copy=False)` only. Chunks: CartPole T=20 x K=2 (the "2 KB"
-class), the default config's T=20 x K=32, and an Atari chunk of 20
-observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of raw."""),
+learner does before batching (`recv(copy=False)` and the learner's
+`wire.Gate`: decode, the IMPALA schema and value checks in Python for the
+first frame of a layout, the C++ FrameGate for the rest). raw: a
+preallocated payload of the zrl frame's length, `send`/`recv(copy=False)`
+only. Chunks: CartPole T=20 x K=2 (the "2 KB" class), the default config's
+T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
+(565 KB). Target (issue 5): at least 0.9 of raw.
+
+The 2 KB chunk is at 0.60-0.70 (0.30-0.42 before the C++ gate and the
+leaner `finish`): the sender's Python (a fresh frame, the bootstrap row,
+the header: ~1.3 us) now bounds it against raw's bare `send` (~0.8 us). A
+C++ receive loop was tried and not kept: it cut the receiver to raw's cost
+but left the ratio where it was. The 23 KB and Atari chunks sit at
+0.8-1.1 with this machine's noise. Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 
 C++ clients (`client_bench`, one process each) against `zrl serve` doing

@@ -73,6 +73,19 @@ def test_layout_fills_in_place_and_cuts_variable_rows():
     np.testing.assert_array_equal(msg.arrays["obs"], np.full((3, 2), 1.5))
     with pytest.raises(ValueError, match="capacity"):
         layout.allocate().finish(sender_id=0, seq=0, policy_version=0, rows={"tail": 5})
+    with pytest.raises(ValueError, match="not an array"):
+        layout.allocate().finish(sender_id=0, seq=0, policy_version=0, rows={"tial": 1})
+
+
+def test_a_reused_frame_cut_to_other_rows_gets_their_descriptors():
+    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.float32, (3, 2)), ("idx", np.int32, (4,))])
+    for seq, rows in enumerate([2, 0, 4, 2, 2], 1):
+        out = layout.allocate()  # the same buffer each time: nothing holds the last frame
+        out.arrays["idx"][:rows] = np.arange(rows) + seq
+        msg = wire.decode(bytes(out.finish(sender_id=4, seq=seq, policy_version=seq, rows={"idx": rows})))
+        assert (msg.sender_id, msg.seq, msg.policy_version) == (4, seq, seq)
+        np.testing.assert_array_equal(msg.arrays["idx"], np.arange(rows) + seq)
+    assert len(layout._finished) == 1
 
 
 def test_layout_reuses_a_finished_frame_only_once_nothing_holds_it():
