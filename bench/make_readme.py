@@ -91,7 +91,7 @@ clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **Pong actor -> sink is below its 0.8 target on this machine** (0.51-0.71
-over the runs so far, 0.65 in the table). On 2 cores the emulator alone keeps both cores busy
+over the runs so far, 0.69 in the table). On 2 cores the emulator alone keeps both cores busy
 (raw: 265-295 µs of CPU per env step), so the policy's CPU comes out of the
 emulator's share. One forward pass over 8 stacked frames costs 0.5 ms of CPU
 alone and 0.6-1.0 ms next to the emulator threads (cache and memory
@@ -134,9 +134,13 @@ frames. The runs so far:
 | 11-23 | 11.9k    | -20.26 -> -20.34 (flat)      |
 | 11-23 | 11.5k    | -20.32 -> -20.02 (the table) |
 
-Two 11-23 variants did no better: learning rate 1e-3 went from -20.4 to
--20.2 in 10 minutes, and batches of 8 columns went from -20.5 to -20.1 in
-6 minutes. Give it a GPU learner, or hours, to see Pong learn."""),
+Three 11-23 variants did no better: learning rate 1e-3 went from -20.4 to
+-20.2 in 10 minutes, batches of 8 columns from -20.5 to -20.1 in 6
+minutes, and an entropy cost of 0.0006 (TorchBeast's) instead of 0.01 from
+-21.0 to -20.1 in 10 minutes (2.8k env steps/s), with the policy's entropy
+still 1.69 against the uniform policy's 1.79: it is not the entropy bonus
+that keeps the policy flat, it is how few updates it has had. Give it a GPU
+learner, or hours, to see Pong learn."""),
     ("soak", """## soak: resident memory over a long run
 
 A 10-minute `zrl run` of the default config with no return target; the
