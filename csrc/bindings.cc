@@ -568,10 +568,15 @@ void bind_replay(py::module_& m) {
 // raw buffer protocol (no py::buffer_info vectors), and the result is None or a
 // plain tuple.
 py::object gate_check(const zrl::FrameGate& gate, py::handle frame) {
-  Py_buffer view;
-  if (PyObject_GetBuffer(frame.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
-  zrl::GateResult r = gate.check(static_cast<const uint8_t*>(view.buf), static_cast<std::size_t>(view.len));
-  PyBuffer_Release(&view);
+  struct View {
+    Py_buffer v;
+    ~View() { PyBuffer_Release(&v); }
+  };
+  View view;
+  if (PyObject_GetBuffer(frame.ptr(), &view.v, PyBUF_SIMPLE) != 0) throw py::error_already_set();
+  // Python measures the frame with len(): in items. Vouch only where items are bytes.
+  if (view.v.itemsize != 1) return py::none();
+  zrl::GateResult r = gate.check(static_cast<const uint8_t*>(view.v.buf), static_cast<std::size_t>(view.v.len));
   if (r.layout < 0) return py::none();
   return py::make_tuple(r.layout, r.sender_id, r.seq, r.policy_version, r.meta_offset, r.meta_len);
 }

@@ -46,16 +46,23 @@ int FrameGate::add(const std::string& block, uint64_t first, uint64_t end,
     if (b.itemsize != 1 && b.itemsize != 2 && b.itemsize != 4 && b.itemsize != 8)
       throw std::invalid_argument("bound itemsize " + std::to_string(b.itemsize) +
                                   ": expected 1, 2, 4 or 8");
-    if (b.count > (end - first) / b.itemsize || b.offset < first ||
-        b.offset + b.count * b.itemsize > end)
+    if (b.offset < first || b.offset > end || b.count > (end - b.offset) / b.itemsize)
       throw std::invalid_argument("bound's array lies outside the arrays' span");
   }
-  if (layouts_.size() >= kMaxLayouts) layouts_.clear();
-  layouts_.push_back(Layout{block, first, end, bounds});
-  return static_cast<int>(layouts_.size() - 1);
+  if (layouts_.size() < kMaxLayouts) {
+    layouts_.push_back(Layout{block, first, end, bounds});
+    return static_cast<int>(layouts_.size() - 1);
+  }
+  const std::size_t slot = next_;
+  next_ = (next_ + 1) % kMaxLayouts;
+  layouts_[slot] = Layout{block, first, end, bounds};
+  return static_cast<int>(slot);
 }
 
-void FrameGate::clear() { layouts_.clear(); }
+void FrameGate::clear() {
+  layouts_.clear();
+  next_ = 0;
+}
 
 GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
   GateResult r;

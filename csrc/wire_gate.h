@@ -56,10 +56,11 @@ class FrameGate {
   FrameGate(uint16_t kind, uint64_t max_bytes);
 
   // Registers a descriptor block (80 bytes per array) that Python accepted, the
-  // byte range its arrays span, and the value bounds; returns the layout's id.
-  // Throws std::invalid_argument for a malformed block or bound. Past
-  // kMaxLayouts the gate forgets every layout first (ids restart at 0), so the
-  // caller must drop its own table when the id returned is 0.
+  // byte range its arrays span, and the value bounds; returns the layout's id: the
+  // next free slot, or, once all kMaxLayouts are taken, the slots in turn (the
+  // caller forgets the layout it held). Throws std::invalid_argument for a
+  // malformed block or bound. A sender's stream has one layout per (K, M) seen,
+  // and `check` scans them in order, so a handful is the usual case.
   int add(const std::string& block, uint64_t first, uint64_t end, const std::vector<GateBound>& bounds);
   void clear();
   std::size_t size() const { return layouts_.size(); }
@@ -75,6 +76,7 @@ class FrameGate {
   uint16_t kind_;
   uint64_t max_bytes_;
   std::vector<Layout> layouts_;
+  std::size_t next_ = 0;  // the slot replaced next once the table is full
 };
 
 }  // namespace zrl

@@ -6,6 +6,8 @@ the same rejection reason.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,7 @@ def impala_gate(fast: bool, cfg=None, algo=None):
     cfg = cfg or small_config()
     algo = algo or Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     gate = wire.Gate(CAP, KINDS, fast=fast)
-    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.value_bounds)
+    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_bounds())
     return gate
 
 
@@ -121,7 +123,7 @@ def test_new_checks_forget_registered_layouts():
     assert len(gate._fast) == 1
     # A narrower action space: the action bound the C++ gate holds no longer applies.
     algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(1))
-    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.value_bounds)
+    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_bounds())
     assert len(gate._fast) == 0
     with pytest.raises(wire.WireError, match="action"):
         gate.check(frame)
@@ -130,9 +132,9 @@ def test_new_checks_forget_registered_layouts():
 def test_algorithms_without_value_bounds_stay_on_the_python_path():
     cfg = load_config(ROOT / "configs" / "cartpole_apex.yaml")
     algo = ApexDQN(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    assert algo.value_bounds({}) is None
+    assert algo.value_bounds({}) is None and algo.gate_bounds() is None
     gate = wire.Gate(CAP, KINDS)
-    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.value_bounds)
+    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_bounds())
     N = 6
     arrays = {
         "obs": np.zeros((N, 4), np.float32), "action": np.ones(N, np.int64), "reward": np.zeros(N, np.float32),
@@ -146,3 +148,51 @@ def test_algorithms_without_value_bounds_stay_on_the_python_path():
     arrays["priority"][2] = np.nan  # a float check only Python makes: still caught
     with pytest.raises(wire.WireError, match="priorit"):
         gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays)))
+
+
+def test_an_algorithm_that_checks_more_than_its_bounds_is_never_vouched_for():
+    class Stricter(Impala):
+        def check_values(self, msg, bindings):
+            super().check_values(msg, bindings)
+            if msg.arrays["reward"].max() > 1:
+                raise wire.WireError(wire.Reason.BAD_VALUE, "reward above 1")
+
+    cfg = small_config()
+    algo = Stricter(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    assert algo.gate_bounds() is None
+    gate = impala_gate(True, cfg, algo)
+    good = chunk(cfg)
+    for _ in range(3):
+        gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, good)))
+    assert len(gate._fast) == 0
+    good["reward"][0, 0] = 2.0
+    with pytest.raises(wire.WireError, match="reward above 1"):
+        gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, good)))
+
+
+def test_a_view_with_wide_items_is_left_to_python():
+    cfg = small_config()
+    fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)
+    frame = bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg)))
+    fast.check(frame)
+    assert len(fast._fast) == 1
+    wide = memoryview(np.frombuffer(frame, np.uint32))  # len() counts 4-byte items, not bytes
+    assert fast._fast.check(wide) is None
+    assert outcome(fast, wide) == outcome(slow, wide) and outcome(fast, wide)[0] == "rejected"
+
+
+def test_more_layouts_than_the_table_holds():
+    cfg = small_config("actor.num_envs=8")
+    fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)
+    frames = []
+    for K in range(1, 9):
+        for M in range(0, 10):
+            shape = SimpleNamespace(actor=SimpleNamespace(unroll_length=cfg.actor.unroll_length, num_envs=K))
+            a = chunk(shape, seed=K * 10 + M, M=min(M, 5 * K))
+            frames.append(bytes(wire.encode(wire.Kind.TRAJECTORY, a, seq=len(frames))))
+    assert len(set(f[wire.HEADER_SIZE : wire.HEADER_SIZE + 8 * wire.DESCRIPTOR_SIZE] for f in frames)) > 64
+    for _ in range(3):  # the table fills, then replaces its slots in turn
+        for f in frames:
+            got = outcome(fast, f)
+            assert got[0] == "ok" and got == outcome(slow, f)
+    assert len(fast._fast) == 64 == len(fast._layouts) and len(fast._blocks) == 64

@@ -552,8 +552,6 @@ class Gate:
     do not fit "integer < bound") stays on the Python path.
     """
 
-    MAX_LAYOUTS = 64  # the C++ gate's table (FrameGate::kMaxLayouts)
-
     def __init__(self, max_bytes: int, allowed_kinds: frozenset[int], fast: bool = True):
         self.max_bytes = max_bytes
         self.allowed_kinds = allowed_kinds
@@ -565,12 +563,14 @@ class Gate:
             from zrl import _core
 
             self._fast = _core.FrameGate(int(Kind.TRAJECTORY), max_bytes)
-        self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int]]] = []  # by FrameGate id
+        self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int], bytes]] = []  # by FrameGate id
         self._blocks: set[bytes] = set()
 
     def set_trajectory_checks(self, schema: "Schema", check_values, value_bounds) -> None:
-        """check_values(msg, bindings) raises WireError; value_bounds(bindings) gives
-        {array: bound} with the same meaning (every element, read as unsigned, < bound), or None."""
+        """check_values(msg, bindings) raises WireError. value_bounds(bindings) gives {array:
+        bound} (every element, read as unsigned, < bound) that check *all* of check_values,
+        or None; pass value_bounds=None when check_values checks anything more
+        (`Algorithm.gate_bounds` says which)."""
         self.schema, self._check_values, self._value_bounds = schema, check_values, value_bounds
         if self._fast is not None:
             self._fast.clear()
@@ -585,7 +585,7 @@ class Gate:
             hit = fast.check(buf)
             if hit is not None:
                 layout, sender_id, seq, policy_version, meta_offset, meta_len = hit
-                infos, bindings = self._layouts[layout]
+                infos, bindings, _ = self._layouts[layout]
                 meta = buf[meta_offset : meta_offset + meta_len] if meta_len else b""
                 return Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, buf, len(buf)), bindings
         msg = decode(buf, self.max_bytes, self.allowed_kinds)
@@ -612,10 +612,11 @@ class Gate:
         first = min(i.offset for i in msg.infos)
         end = max(i.offset + i.nbytes for i in msg.infos)
         layout = self._fast.add(block, first, end, rules)
-        if layout == 0:  # a full table starts over
-            self._layouts.clear()
-            self._blocks.clear()
-        self._layouts.append((msg.infos, bindings))
+        if layout == len(self._layouts):
+            self._layouts.append((msg.infos, bindings, block))
+        else:  # a full table: this slot's layout is forgotten
+            self._blocks.discard(self._layouts[layout][2])
+            self._layouts[layout] = (msg.infos, bindings, block)
         self._blocks.add(block)
 
 

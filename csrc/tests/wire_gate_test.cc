@@ -175,23 +175,30 @@ TEST(FrameGate, BadRegistrationsThrow) {
   EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{256, 4, 3, 6}}), std::invalid_argument);
   EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{256, 10, 8, 6}}), std::invalid_argument);
   EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{100, 1, 8, 6}}), std::invalid_argument);
+  EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{~uint64_t{0} - 7, 2, 8, 6}}), std::invalid_argument);  // wraps
   EXPECT_EQ(g.size(), 0u);
 }
 
-TEST(FrameGate, AFullGateForgetsEveryLayout) {
+TEST(FrameGate, AFullGateReplacesItsSlotsInTurn) {
   FrameGate g(kTrajectory, 1 << 20);
   Frame f;
-  for (std::size_t i = 0; i < FrameGate::kMaxLayouts; ++i) {
+  auto other = [&](std::size_t i) {
     std::string block = f.block();
     block[1] = static_cast<char>('a' + i % 26);
     block[2] = static_cast<char>('a' + i / 26);
-    EXPECT_EQ(g.add(block, 256, 328, {}), static_cast<int>(i));
-  }
-  EXPECT_EQ(g.add(f.block(), 256, 328, {}), 0);  // reset, then registered
-  EXPECT_EQ(g.size(), 1u);
+    return block;
+  };
+  EXPECT_EQ(g.add(f.block(), 256, 328, {}), 0);
+  for (std::size_t i = 1; i < FrameGate::kMaxLayouts; ++i) EXPECT_EQ(g.add(other(i), 256, 328, {}), static_cast<int>(i));
   EXPECT_EQ(f.check(g).layout, 0);
+  EXPECT_EQ(g.add(other(100), 256, 328, {}), 0);  // full: slot 0 goes first
+  EXPECT_EQ(g.size(), FrameGate::kMaxLayouts);
+  EXPECT_EQ(f.check(g).layout, -1);  // its layout is forgotten
+  EXPECT_EQ(g.add(f.block(), 256, 328, {}), 1);
+  EXPECT_EQ(f.check(g).layout, 1);
   g.clear();
   EXPECT_EQ(f.check(g).layout, -1);
+  EXPECT_EQ(g.add(f.block(), 256, 328, {}), 0);
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ class Learner:
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
         self.schema = algo.trajectory_schema(self.config.learner.batch_size)
-        self.gate.set_trajectory_checks(self.schema, algo.check_values, algo.value_bounds)
+        self.gate.set_trajectory_checks(self.schema, algo.check_values, algo.gate_bounds())
         self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 

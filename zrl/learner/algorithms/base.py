@@ -202,12 +202,21 @@ class Algorithm:
         raise NotImplementedError
 
     def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
-        """Content checks a schema cannot express (index ranges, action bounds); raise wire.WireError."""
+        """Content checks a schema cannot express (index ranges, action bounds); raise wire.WireError.
+        By default, `value_bounds`. An algorithm that checks more overrides this, and its frames
+        then stay on the learner's Python path (`gate_bounds`)."""
+        bounds = self.value_bounds(bindings)
+        if bounds:
+            wire.check_bounds(msg, bounds)
 
     def value_bounds(self, bindings: dict[str, int]) -> dict[str, int] | None:
-        """check_values as {integer array: bound} (every element, read as unsigned, < bound), which
-        the learner's C++ gate checks without Python; None if check_values checks anything else."""
+        """{integer array: bound}: every element, read as unsigned, must be < bound."""
         return None
+
+    def gate_bounds(self):
+        """`value_bounds` for the learner's C++ gate (wire.Gate) if those bounds are all that
+        check_values checks (it is not overridden), else None: the gate then never vouches."""
+        return self.value_bounds if type(self).check_values is Algorithm.check_values else None
 
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
         raise NotImplementedError

@@ -212,12 +212,9 @@ class Impala(Algorithm):
     def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
         return bindings["T"] * bindings["K"]
 
-    def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
-        """Content checks the schema cannot express; a WireError drops the message."""
-        wire.check_bounds(msg, self.value_bounds(bindings))
-
     def value_bounds(self, bindings: dict[str, int]) -> dict[str, int]:
-        # Unsigned bounds check both ends: a negative index or action reads as a huge one.
+        """What check_values (the base class's) checks, and the learner's C++ gate with it.
+        Unsigned bounds check both ends: a negative index or action reads as a huge one."""
         bounds = {"final_index": bindings["T"] * bindings["K"]}
         if isinstance(self.action_spec, spaces.DiscreteSpec):
             bounds["action"] = self.action_spec.n
