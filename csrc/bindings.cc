@@ -602,7 +602,7 @@ void bind_gate(py::module_& m) {
           },
           py::arg("block"), py::arg("first"), py::arg("end"), py::arg("bounds"),
           "Registers a descriptor block with the arrays' byte span and the bounds "
-          "[(offset, count, itemsize, bound)]; returns its id (0 after a reset of a full gate).")
+          "[(offset, count, itemsize, bound)]; returns its id (a full gate reuses its slots in turn).")
       .def("clear", &zrl::FrameGate::clear)
       .def("__len__", &zrl::FrameGate::size)
       .def("check", &gate_check, py::arg("frame"),

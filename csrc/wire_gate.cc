@@ -3,13 +3,14 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "client/wire.h"  // the format's constants (header-only use: no libzmq)
+
 namespace zrl {
 namespace {
 
-constexpr std::size_t kHeaderSize = 48;
-constexpr std::size_t kDescriptorSize = 80;
-constexpr std::size_t kMaxArrays = 64;
-constexpr uint16_t kProtocolVersion = 1;
+using wire::kDescriptorSize;
+using wire::kHeaderSize;
+using wire::kMaxArrays;
 
 // Little-endian loads from possibly unaligned frame bytes (the wire is
 // little-endian; so are the hosts zrl builds on, see csrc/client/wire.h).
@@ -67,8 +68,8 @@ void FrameGate::clear() {
 GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
   GateResult r;
   if (layouts_.empty() || n > max_bytes_ || n < kHeaderSize) return r;
-  if (std::memcmp(data, "ZRLW", 4) != 0) return r;
-  if (load<uint16_t>(data + 4) != kProtocolVersion || load<uint16_t>(data + 6) != kind_) return r;
+  if (std::memcmp(data, wire::kMagic, sizeof wire::kMagic) != 0) return r;
+  if (load<uint16_t>(data + 4) != wire::kProtocolVersion || load<uint16_t>(data + 6) != kind_) return r;
   const uint32_t n_arrays = load<uint32_t>(data + 12);
   const uint32_t meta_len = load<uint32_t>(data + 32);
   if (load<uint32_t>(data + 36) != 0 || load<uint64_t>(data + 40) != n) return r;  // flags, total

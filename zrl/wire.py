@@ -205,8 +205,8 @@ class Layout:
         self._kind = int(self.kind)
         self._n = len(specs)
         # Finished frames, oldest first (the order ZeroMQ sends and releases them):
-        # `allocate` reuses the oldest once nothing holds it any more, so a sender
-        # with frames queued in ZeroMQ needs no fresh (zeroed, page-faulting) buffer.
+        # `allocate` reuses the newest one nothing holds any more, so a sender with
+        # frames queued in ZeroMQ needs no fresh (zeroed, page-faulting) buffer.
         self._finished: deque[OutMessage] = deque(maxlen=max(2, min(64, REUSE_BYTES // max(self.capacity, 1))))
 
     def _block(self, shapes: tuple) -> tuple[bytes, int]:
@@ -548,8 +548,8 @@ class Gate:
     `FrameGate` (csrc/wire_gate.h) with the algorithm's `value_bounds`, and later
     frames with the same descriptors are checked there in one call: header, bounds,
     values. The C++ check only vouches; a frame it does not accept takes the Python
-    path, which gives the reason. An algorithm whose `value_bounds` is None (its checks
-    do not fit "integer < bound") stays on the Python path.
+    path, which gives the reason. An algorithm whose checks are more than "integer <
+    bound" (`Algorithm.gate_bounds` is None) stays on the Python path.
     """
 
     def __init__(self, max_bytes: int, allowed_kinds: frozenset[int], fast: bool = True):
@@ -595,7 +595,7 @@ class Gate:
             raise WireError(Reason.NOT_READY, "trajectory before any hello agreed the specs")
         bindings = self.schema.check(msg)
         self._check_values(msg, bindings)
-        if fast is not None and msg.infos:
+        if fast is not None and self._value_bounds is not None and msg.infos:
             self._register(buf, msg, bindings)
         return msg, bindings
 
@@ -603,9 +603,8 @@ class Gate:
         block = bytes(buf[HEADER_SIZE : HEADER_SIZE + DESCRIPTOR_SIZE * len(msg.infos)])
         if block in self._blocks:
             return
-        bounds = self._value_bounds(bindings) if self._value_bounds is not None else None
+        bounds = self._value_bounds(bindings)
         if bounds is None:
-            self._blocks.add(block)  # decided: this layout stays on the Python path
             return
         infos = {i.name: i for i in msg.infos}
         rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b)) for n, b in bounds.items()]

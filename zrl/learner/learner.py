@@ -155,8 +155,8 @@ class Learner:
         self.optimizer: torch.optim.Optimizer | None = None
         self.obs_spec: spaces.Spec | None = None
         self.action_spec: spaces.Spec | None = None
-        self.schema: wire.Schema | None = None
-        # The receiver's checks of trajectory and stats frames (a C++ fast path for layouts seen before).
+        # The receiver's checks of trajectory and stats frames (a C++ fast path for layouts seen
+        # before); it holds the trajectory schema once a hello has agreed the specs.
         self.gate = wire.Gate(config.learner.max_message_bytes, DATA_KINDS)
         self._latest_weights: tuple[int, np.ndarray] | None = None
         self._resume_state: dict[str, Any] | None = None
@@ -234,8 +234,7 @@ class Learner:
             self._say(f"resumed from {self._resume_path} at update {self.updates}, env step {self.env_steps}")
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
-        self.schema = algo.trajectory_schema(self.config.learner.batch_size)
-        self.gate.set_trajectory_checks(self.schema, algo.check_values, algo.gate_bounds())
+        self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_bounds())
         self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 
