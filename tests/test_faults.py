@@ -74,6 +74,9 @@ def test_learner_killed_and_resumed_continues_and_actors_rejoin(tmp_path):
             assert f"at update {saved_updates}," in line  # the newest complete checkpoint
             # The actor that kept running reconnects on its own and gets the new learner's weights.
             wait_for(lambda: actor.policy_version > max(version_at_kill, saved_updates), 60, "the actor to get new weights")
+            # That version may still be one the killed learner published (queued in the actor's SUB
+            # socket): wait for the resumed learner's own checkpoint past the one it resumed from.
+            wait_for(lambda: checkpoint.load_latest(ckdir)[1]["counters"]["updates"] > saved_updates, 60, "the resumed learner to train")
             os.killpg(second.p.pid, signal.SIGINT)
             assert second.wait(30) == 0, second.output
         finally:
