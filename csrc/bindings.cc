@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "replay/replay.h"
 #include "vtrace.h"
 #include "wire_gate.h"
+#include "zmq_native.h"
 
 namespace py = pybind11;
 
@@ -610,6 +612,159 @@ void bind_gate(py::module_& m) {
            "the gate vouches for.");
 }
 
+
+// A received message too large to copy: Python reads it through the buffer
+// protocol (a read-only memoryview) and libzmq frees it when the last view goes.
+struct ZmqFrame {
+  const zrl::ZmqApi* api = nullptr;
+  zrl::ZmqMsg msg;
+  ZmqFrame(const zrl::ZmqApi* a) : api(a) { api->msg_init(&msg); }
+  ZmqFrame(const ZmqFrame&) = delete;
+  ZmqFrame& operator=(const ZmqFrame&) = delete;
+  ~ZmqFrame() { api->msg_close(&msg); }
+};
+
+// send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or zmq errno: an
+// actor sends each chunk through this, so it is a METH_FASTCALL function rather than
+// a pybind11 method (whose argument conversion costs more than the send). It stamps
+// seq / policy_version / total into the frame's header and sends frame[:total] on the
+// libzmq socket at `socket` (pyzmq's Socket.underlying), first without waiting; if the
+// queue is full and `wait`, again with the GIL released.
+PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "send_frame(socket, frame, total, seq, policy_version, wait)");
+    return nullptr;
+  }
+  auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
+  if (!api) return nullptr;
+  void* sock = PyLong_AsVoidPtr(args[0]);
+  const unsigned long long total = PyLong_AsUnsignedLongLong(args[2]);
+  const unsigned long long seq = PyLong_AsUnsignedLongLong(args[3]);
+  const unsigned long long version = PyLong_AsUnsignedLongLong(args[4]);
+  const int wait = PyObject_IsTrue(args[5]);
+  if (PyErr_Occurred() || wait < 0) return nullptr;
+  if (!sock) {
+    PyErr_SetString(PyExc_ValueError, "send_frame: null socket");
+    return nullptr;
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) != 0) return nullptr;
+  if (view.itemsize != 1 || total < 48 || total > static_cast<unsigned long long>(view.len)) {
+    PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zd-byte frame of bytes", total, view.len);
+    PyBuffer_Release(&view);
+    return nullptr;
+  }
+  auto* data = static_cast<uint8_t*>(view.buf);
+  zrl::stamp_header(data, seq, version, total);
+  int err = zrl::send(*api, sock, data, total, zrl::kZmqDontWait);
+  if (err == EAGAIN && wait) {
+    Py_BEGIN_ALLOW_THREADS
+    err = zrl::send(*api, sock, data, total, 0);
+    Py_END_ALLOW_THREADS
+  }
+  PyBuffer_Release(&view);
+  return PyLong_FromLong(err);
+}
+
+PyMethodDef kSendFrameDef = {
+    "send_frame", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(native_send_frame)), METH_FASTCALL,
+    "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno (EAGAIN: the queue is "
+    "full and wait is false). Stamps seq, policy_version and total into the frame's header and sends "
+    "frame[:total] on the libzmq socket at address `socket` (pyzmq's Socket.underlying)."};
+
+// pyzmq's libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one.
+class ZmqNative {
+ public:
+  ZmqNative(const std::string& module, int major, int minor, int patch) {
+    std::string why;
+    api_ = zrl::ZmqApi::attach(module, major, minor, patch, &why);
+    if (!api_) throw std::runtime_error(why);
+  }
+  const std::string& library() const { return api_->library; }
+  std::string strerror(int err) const { return api_->strerror(err); }
+
+  // send_frame(socket, frame, total, seq, policy_version, wait) as a plain CPython
+  // function bound to this library (see native_send_frame).
+  py::object send_frame_function() const {
+    py::capsule api(const_cast<zrl::ZmqApi*>(api_), "zrl.ZmqApi");
+    PyObject* f = PyCFunction_New(&kSendFrameDef, api.ptr());
+    if (!f) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(f);
+  }
+
+  // [(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)] for up to
+  // `max` messages; payload is bytes below copy_below, else a read-only memoryview.
+  py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below) {
+    int err;
+    {
+      py::gil_scoped_release release;
+      err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst_);
+    }
+    const std::size_t n = burst_.size();
+    // Each message moves into an owner at once, so an exception below frees the rest.
+    std::vector<std::unique_ptr<ZmqFrame>> owners(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      owners[i] = std::make_unique<ZmqFrame>(api_);
+      api_->msg_move(&owners[i]->msg, &burst_[i].msg);
+      api_->msg_close(&burst_[i].msg);
+    }
+    if (n == 0 && err != 0) {
+      PyErr_SetObject(PyExc_OSError, py::make_tuple(err, api_->strerror(err)).ptr());
+      throw py::error_already_set();
+    }
+    py::list out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ZmqFrame* f = owners[i].get();
+      const std::size_t size = api_->msg_size(&f->msg);
+      py::object payload;
+      if (size < copy_below) {
+        payload = py::bytes(static_cast<const char*>(api_->msg_data(&f->msg)), size);
+        owners[i].reset();
+      } else {
+        py::object owner = py::cast(std::move(owners[i]));
+        payload = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
+        if (!payload) throw py::error_already_set();
+      }
+      const zrl::GateResult& g = burst_[i].gate;
+      PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(i),
+                      py::make_tuple(g.layout, g.sender_id, g.seq, g.policy_version, g.meta_offset, g.meta_len,
+                                     std::move(payload))
+                          .release()
+                          .ptr());
+    }
+    return out;
+  }
+
+ private:
+  const zrl::ZmqApi* api_ = nullptr;
+  std::vector<zrl::Drained> burst_;  // reused from call to call: one receiver thread per object
+};
+
+void bind_native(py::module_& m) {
+  py::class_<ZmqFrame, std::unique_ptr<ZmqFrame>>(m, "ZmqFrame", py::buffer_protocol(),
+                                                  "A received message, freed with its last view.")
+      .def_buffer([](ZmqFrame& f) {
+        return py::buffer_info(f.api->msg_data(&f.msg), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(f.api->msg_size(&f.msg))}, {1}, /*readonly=*/true);
+      });
+  py::class_<ZmqNative>(m, "ZmqNative",
+                        "pyzmq's own libzmq, reached from C++ for the per-message send and receive loops "
+                        "(csrc/zmq_native.h). RuntimeError, with the reason, where it cannot be found.")
+      .def(py::init<const std::string&, int, int, int>(), py::arg("module"), py::arg("major"), py::arg("minor"),
+           py::arg("patch"))
+      .def_property_readonly("library", &ZmqNative::library)
+      .def("strerror", &ZmqNative::strerror, py::arg("errno"))
+      .def_property_readonly("send_frame", &ZmqNative::send_frame_function,
+                             "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno "
+                             "(EAGAIN: the queue is full and wait is false): stamps seq, policy_version and total "
+                             "into the frame's header and sends frame[:total] on the libzmq socket at address "
+                             "`socket` (pyzmq's Socket.underlying).")
+      .def("drain", &ZmqNative::drain, py::arg("socket"), py::arg("gate"), py::arg("max"), py::arg("copy_below"),
+           "Up to `max` messages without waiting, each checked by `gate`: "
+           "[(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)]. "
+           "One thread per object (and per socket).");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -633,4 +788,5 @@ PYBIND11_MODULE(_core, m) {
 
   bind_replay(m);
   bind_gate(m);
+  bind_native(m);
 }

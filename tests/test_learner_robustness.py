@@ -2,17 +2,24 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import zmq
 
-from zrl import wire
+from zrl import transport, wire
 from conftest import good_trajectory, small_config, wait_for
 
 
-def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, make_actor):
+# With ZRL_NATIVE_ZMQ=0 the actor sends and the learner receives through pyzmq alone.
+@pytest.mark.parametrize("native", [True, False], ids=["native", "pyzmq"])
+def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, make_actor, monkeypatch, native):
+    if not native:
+        monkeypatch.setenv(transport.NATIVE_ENV, "0")
+    monkeypatch.setattr(transport, "_native", [])  # decided afresh, and forgotten after the test
     cfg = small_config("learner.max_message_bytes=65536")
     learner, runner = make_learner(cfg)
     make_actor(cfg)
     wait_for(lambda: learner.updates >= 2, 60, "training to start")
+    assert (learner.gate._native is not None) == native, transport.native_note()
 
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)

@@ -1,4 +1,6 @@
 """Type stub for the C++ extension zrl._core (csrc/bindings.cc)."""
+from typing import Any, Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -63,3 +65,20 @@ class FrameGate:
     def clear(self) -> None: ...
     def __len__(self) -> int: ...
     def check(self, frame: bytes | memoryview) -> tuple[int, int, int, int, int, int] | None: ...
+
+class ZmqFrame:
+    """A received message (buffer protocol, read-only), freed with its last view."""
+
+class ZmqNative:
+    """pyzmq's own libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one."""
+
+    def __init__(self, module: str, major: int, minor: int, patch: int) -> None: ...
+    @property
+    def library(self) -> str: ...
+    def strerror(self, errno: int) -> str: ...
+    @property
+    def send_frame(self) -> Callable[[int, Any, int, int, int, bool], int]:
+        """send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno."""
+    def drain(
+        self, socket: int, gate: FrameGate, max: int, copy_below: int
+    ) -> list[tuple[int, int, int, int, int, int, bytes | memoryview]]: ...

@@ -8,8 +8,11 @@ endpoints are derived from it unless configured, and may use any free port
 """
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import re
+import sys
 import weakref
 from urllib.parse import urlsplit
 
@@ -69,6 +72,95 @@ def is_loopback(endpoint: str) -> bool:
         return True
     host = urlsplit(endpoint).hostname or ""
     return host in _LOOPBACK or host.startswith("127.")
+
+
+# ---------------------------------------------------------------------------
+# The per-message hot paths in C++ (csrc/zmq_native.h)
+
+NATIVE_ENV = "ZRL_NATIVE_ZMQ"  # "0" keeps pyzmq's own send and recv everywhere
+_native: list = []  # [ZmqNative or None, why], filled on first use
+
+
+def native():
+    """pyzmq's own libzmq reached from C++ (`zrl._core.ZmqNative`), or None.
+
+    Actors send their trajectory chunks through it (`Direct`) and the learner
+    drains its PULL socket through it (`wire.Gate.drain`): one C++ call per
+    message or burst instead of pyzmq's Python layers. None where the library
+    cannot be found from pyzmq's extension (`native_note` says why) or where
+    ZRL_NATIVE_ZMQ=0; everything then takes pyzmq's path, with the same results.
+    """
+    if not _native:
+        why = ""
+        api = None
+        if os.environ.get(NATIVE_ENV, "1") == "0":
+            why = f"{NATIVE_ENV}=0"
+        else:
+            try:
+                from zrl import _core
+
+                module = sys.modules[zmq.backend.Socket.__module__]
+                api = _core.ZmqNative(getattr(module, "__file__", "") or "", *zmq.zmq_version_info())
+                why = f"through {api.library}"
+            except (ImportError, AttributeError, KeyError, RuntimeError) as e:
+                why = f"unavailable: {e}"
+        if api is None:
+            log.info("native ZeroMQ path off (%s): pyzmq's send and recv", why)
+        _native[:] = [api, why]
+    return _native[0]
+
+
+def native_note() -> str:
+    """How `native()` went: the library used, or why there is none."""
+    native()
+    return _native[1]
+
+
+class Pusher:
+    """Sends wire.OutMessage frames (an actor's chunks) on one pyzmq socket.
+
+    Through `native()` where there is one, a frame below pyzmq's copy threshold
+    goes out in one C++ call that stamps its header's per-message fields and
+    copies it into ZeroMQ, so the OutMessage is free again at once. Larger frames,
+    or all of them without `native()`, get `OutMessage.finish` and pyzmq's send
+    (zero-copy from the threshold up). The socket stays pyzmq's: use a Pusher
+    from the socket's thread only, and drop it when the socket closes.
+    """
+
+    __slots__ = ("sock", "api", "address", "native_below", "_send_frame")
+
+    def __init__(self, sock: zmq.Socket, use_native: bool = True):
+        self.sock = sock
+        self.api = native() if use_native else None
+        self.address = sock.underlying
+        self.native_below = zmq.COPY_THRESHOLD if self.api is not None else 0
+        self._send_frame = self.api.send_frame if self.api is not None else None
+
+    def send(self, msg, sender_id: int, seq: int, policy_version: int, rows=None, wait: bool = False):
+        """Sends `msg` (a wire.OutMessage) now: None if it went, else its finished frame for
+        the caller to send later (the queue is full and `wait` is False). Raises
+        zmq.ZMQError for any other failure. (The actor's per-chunk path: kept flat.)"""
+        if msg.layout.capacity < self.native_below and not self.sock.closed:  # (a closed socket's address dangles)
+            err = self._send_frame(self.address, msg.buffer, msg.seal(sender_id, rows), seq, policy_version, wait)
+            if err == 0:
+                return None
+            return self._retry(msg, err, seq, policy_version, wait)
+        frame = msg.finish(sender_id=sender_id, seq=seq, policy_version=policy_version, rows=rows)
+        try:
+            self.sock.send(frame, 0 if wait else zmq.NOBLOCK, copy=False)
+            return None
+        except zmq.Again:
+            return frame
+
+    def _retry(self, msg, err: int, seq: int, policy_version: int, wait: bool):
+        while True:
+            if err == errno.EAGAIN and not wait:
+                return msg.frame()  # stamped: the finished frame
+            if err != errno.EINTR:  # (a signal: Python has run its handler; try again)
+                raise zmq.ZMQError(err)
+            err = self._send_frame(self.address, msg.buffer, msg.frame().nbytes, seq, policy_version, wait)
+            if err == 0:
+                return None
 
 
 # ---------------------------------------------------------------------------

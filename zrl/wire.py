@@ -36,6 +36,10 @@ PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<4sHHIIQQIIQ")  # 48 bytes
 DESCRIPTOR = struct.Struct("<32sBBHI6IQQ")  # 80 bytes
 HEADER_SIZE = HEADER.size
+# The header from seq on (seq, policy_version, meta_len, flags, total): what
+# OutMessage.finish rewrites per message (csrc/zmq_native.cc stamps the same fields).
+_HEADER_TAIL = struct.Struct("<QQIIQ")
+_HEADER_TAIL_OFFSET = 16
 DESCRIPTOR_SIZE = DESCRIPTOR.size
 ALIGN = 64
 MAX_DIMS = 6
@@ -299,12 +303,39 @@ class OutMessage:
             self.arrays[name] = self.buffer[off : off + nbytes].view(dt).reshape(shape)
         self._done = False
         self._block: bytes | None = None  # the descriptor block last written into the buffer
+        self._sender_id = -1  # and the sender id in its header
+        self._total = 0
         self._idle_refs = sys.getrefcount(self.buffer)  # the buffer's references from this object alone
 
     def _idle(self) -> bool:
         # Every memoryview or numpy view of the buffer (the frame ZeroMQ is still
         # sending, a caller's array) holds a reference to it: none left means unused.
         return sys.getrefcount(self.buffer) == self._idle_refs
+
+    def seal(self, sender_id: int, rows: Mapping[str, int] | None = None) -> int:
+        """`finish` but for the header's per-message fields (seq, policy_version, total),
+        which the caller writes: transport.Pusher has C++ stamp them as it sends.
+        Returns the frame's length."""
+        layout = self.layout
+        key = tuple(rows.items()) if rows else ()
+        hit = layout._rows_blocks.get(key)
+        if hit is None:
+            hit = layout._rows_block(rows or {}, self)
+        block, total = hit
+        if self._block is not block or self._sender_id != sender_id:
+            # A reused frame cut to the same rows for the same sender keeps its descriptors
+            # and its header (but for seq, policy_version and total, written per message).
+            buf = self.buffer
+            if block:
+                memoryview(buf)[HEADER_SIZE : HEADER_SIZE + len(block)] = block
+            HEADER.pack_into(buf, 0, MAGIC, PROTOCOL_VERSION, layout._kind, sender_id, layout._n, 0, 0, 0, 0, total)
+            self._block = block
+            self._sender_id = sender_id
+        if not self._done:
+            self._done = True
+            layout._finished.append(self)
+        self._total = total
+        return total
 
     def finish(self, *, sender_id: int, seq: int, policy_version: int, rows: Mapping[str, int] | None = None) -> memoryview:
         """Writes the header; `rows` gives the used leading dimension of variable arrays. Returns the frame.
@@ -313,22 +344,13 @@ class OutMessage:
         message after `finish`. Once the frame (and every view of it) is gone,
         `Layout.allocate` hands the buffer out again.
         """
-        layout = self.layout
-        key = tuple(rows.items()) if rows else ()
-        hit = layout._rows_blocks.get(key)
-        if hit is None:
-            hit = layout._rows_block(rows or {}, self)
-        block, total = hit
-        buf = self.buffer
-        if self._block is not block:  # a reused frame cut to the same rows keeps its descriptors
-            if block:
-                memoryview(buf)[HEADER_SIZE : HEADER_SIZE + len(block)] = block
-            self._block = block
-        HEADER.pack_into(buf, 0, MAGIC, PROTOCOL_VERSION, layout._kind, sender_id, layout._n, seq, policy_version, 0, 0, total)
-        if not self._done:
-            self._done = True
-            layout._finished.append(self)
-        return memoryview(buf)[:total]
+        total = self.seal(sender_id, rows)
+        _HEADER_TAIL.pack_into(self.buffer, _HEADER_TAIL_OFFSET, seq, policy_version, 0, 0, total)
+        return memoryview(self.buffer)[:total]
+
+    def frame(self) -> memoryview:
+        """The frame as the last `finish` (or transport.Pusher's send) left it."""
+        return memoryview(self.buffer)[: self._total]
 
 
 # ---------------------------------------------------------------------------
@@ -550,7 +572,12 @@ class Gate:
     values. The C++ check only vouches; a frame it does not accept takes the Python
     path, which gives the reason. An algorithm whose checks are more than "integer <
     bound" (`Algorithm.gate_bounds` is None) stays on the Python path.
+
+    `drain` receives a burst from a socket and checks it: with `transport.native()`,
+    C++ takes the burst from ZeroMQ and runs the FrameGate on it without the GIL.
     """
+
+    COPY_BELOW = 1 << 16  # `drain` copies smaller messages out of ZeroMQ (pyzmq's copy threshold)
 
     def __init__(self, max_bytes: int, allowed_kinds: frozenset[int], fast: bool = True):
         self.max_bytes = max_bytes
@@ -565,6 +592,12 @@ class Gate:
             self._fast = _core.FrameGate(int(Kind.TRAJECTORY), max_bytes)
         self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int], bytes]] = []  # by FrameGate id
         self._blocks: set[bytes] = set()
+        self._replaced: list[int] | None = None  # during a `drain`: the slots taken over
+        self._native = None
+        if self._fast is not None:
+            from zrl import transport
+
+            self._native = transport.native()
 
     def set_trajectory_checks(self, schema: "Schema", check_values, value_bounds) -> None:
         """check_values(msg, bindings) raises WireError. value_bounds(bindings) gives {array:
@@ -599,6 +632,49 @@ class Gate:
             self._register(buf, msg, bindings)
         return msg, bindings
 
+    def drain(self, sock, max_msgs: int) -> list:
+        """Up to max_msgs messages from a pyzmq socket, without waiting, each checked:
+        a list of (message, bindings) or of the WireError that rejected it."""
+        out: list = []
+        native = self._native
+        if native is None:
+            import zmq
+
+            for _ in range(max_msgs):
+                try:
+                    frame = sock.recv(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                try:
+                    out.append(self.check(frame))
+                except WireError as e:
+                    out.append(e)
+            return out
+        try:
+            burst = native.drain(sock.underlying, self._fast, max_msgs, self.COPY_BELOW)
+        except OSError as e:  # as pyzmq's recv would raise it
+            import zmq
+
+            raise zmq.ZMQError(e.errno) from None
+        layouts = self._layouts
+        replaced = self._replaced = []
+        try:
+            for layout, sender_id, seq, policy_version, meta_offset, meta_len, data in burst:
+                # (A layout registered earlier in this burst may have taken over the slot
+                # the FrameGate vouched with: then the frame takes the Python path.)
+                if layout >= 0 and not (replaced and layout in replaced):
+                    infos, bindings, _ = layouts[layout]
+                    meta = data[meta_offset : meta_offset + meta_len] if meta_len else b""
+                    out.append((Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, data, len(data)), bindings))
+                    continue
+                try:
+                    out.append(self.check(data))
+                except WireError as e:
+                    out.append(e)
+        finally:
+            self._replaced = None
+        return out
+
     def _register(self, buf, msg: Message, bindings: dict[str, int]) -> None:
         block = bytes(buf[HEADER_SIZE : HEADER_SIZE + DESCRIPTOR_SIZE * len(msg.infos)])
         if block in self._blocks:
@@ -616,6 +692,8 @@ class Gate:
         else:  # a full table: this slot's layout is forgotten
             self._blocks.discard(self._layouts[layout][2])
             self._layouts[layout] = (msg.infos, bindings, block)
+            if self._replaced is not None:
+                self._replaced.append(layout)
         self._blocks.add(block)
 
 

@@ -109,6 +109,7 @@ class LearnerLink:
         self.curve = curve
         self.endpoints: tuple[str, str] | None = None  # (trajectory, weights) of the learner we are connected to
         self.push: zmq.Socket | None = None
+        self.pusher: transport.Pusher | None = None  # sends recorders' chunks on `push` (Sender)
         self.sub: zmq.Socket | None = None
         self.policy_version = -1
         self.weights_applied = 0
@@ -141,6 +142,7 @@ class LearnerLink:
         self.close()
         self.endpoints = (info["trajectory_endpoint"], info["weights_endpoint"])
         self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.send_hwm)
+        self.pusher = transport.Pusher(self.push)
         self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
         if self.curve is not None:
             self.curve.client(self.push)
@@ -153,7 +155,7 @@ class LearnerLink:
         for s in (self.push, self.sub):
             if s is not None:
                 s.close(linger=0)
-        self.push = self.sub = None
+        self.push = self.sub = self.pusher = None
 
     def _apply_weights(self, msg: wire.Message) -> None:
         params = msg.arrays.get("params")
@@ -323,7 +325,7 @@ class Actor:
                                     curve=transport.Curve.from_config(cfg.security))
             if not self.link.connect():
                 return 0
-            sender = Sender(self.index)
+            sender = Sender(self.index, link=self.link)  # sends chunks through link.pusher
             if self.eval_mode:
                 policy, self.recorders = algo.make_eval_policy(self.model, greedy=True), [NullRecorder()]
             else:

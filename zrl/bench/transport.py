@@ -11,19 +11,22 @@ the learner's cap, one I/O thread per context.
 
 - zrl, sender (an actor at each chunk boundary): allocate a fresh frame from
   the recorder's `wire.Layout` (as the IMPALA recorder does after each chunk),
-  copy the bootstrap observation into obs[0], `Sender.finish` with no
-  truncated rows (M = 0), `push.send(frame, copy=False)`. Writing the T steps
-  into the frame is not included: it is the environment loop's work, which
-  any sender needs to build its payload.
-- zrl, receiver (the learner's `_handle_data` up to batching):
-  `pull.recv(copy=False)` and the learner's `wire.Gate` with its allowed
-  kinds (TRAJECTORY, STATS), cap (`learner.max_message_bytes`), the real
-  `Impala.trajectory_schema(batch_size)` and Impala's value checks (action
-  and final_index ranges). The first frame of a layout takes the Python
-  path (decode, schema, check_values) and registers the layout; the rest
-  take the C++ FrameGate, as in the learner. The arrays' numpy views are
-  made later, by `collate` on the trainer thread, as in the learner (before
-  the gate they were made here: ~1.8 us per message).
+  copy the bootstrap observation into obs[0], and the actor's `Sender.finish`
+  with no truncated rows (M = 0), which sends through its link's
+  `transport.Pusher`: one C++ call that stamps the header and hands the frame
+  to libzmq (frames under 64 KiB, with `transport.native()`), else
+  `OutMessage.finish` and pyzmq's send (zero-copy from 64 KiB up). Writing the
+  T steps into the frame is not included: it is the environment loop's work,
+  which any sender needs to build its payload.
+- zrl, receiver (the learner's receiver thread up to batching): the learner's
+  `wire.Gate` with its allowed kinds (TRAJECTORY, STATS), cap
+  (`learner.max_message_bytes`), the real `Impala.trajectory_schema(batch_size)`
+  and Impala's value checks (action and final_index ranges), draining bursts of
+  up to 64 with `Gate.drain`: with `transport.native()`, C++ takes the burst
+  from libzmq and the FrameGate checks each frame of a known layout, without
+  the GIL; the first frame of a layout takes the Python path (decode, schema,
+  check_values) and registers it. The arrays' numpy views are made later, by
+  `collate` on the trainer thread, as in the learner.
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
   copy=False when it is at least pyzmq's copy threshold (64 KiB) and the
   default copy otherwise; `recv(copy=False)` and nothing else.
@@ -43,6 +46,7 @@ import statistics
 import tempfile
 import time
 import traceback
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,7 +167,9 @@ def _receiver_main(conn) -> None:
             state["socks"][mode] = s
             s.bind("tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{ipc_dir}/{mode}.sock")
             endpoints[mode] = s.getsockopt_string(zmq.LAST_ENDPOINT)
-        return endpoints
+        from zrl.transport import native_note
+
+        return endpoints, native_note()
 
     def window(mode: str, n: int) -> float:
         """Receives n messages; returns seconds from the first to the last."""
@@ -177,15 +183,24 @@ def _receiver_main(conn) -> None:
             for _ in range(n - 1):
                 recv(copy=False)
             return perf() - t0
-        handle = state["gate"].check  # what the learner's _handle_data runs per frame
-
-        msg, _ = handle(recv(copy=False))
-        if msg.nbytes != state["frame_bytes"]:
-            raise RuntimeError(f"zrl frame of {msg.nbytes} bytes, expected {state['frame_bytes']}")
+        # What the learner's receiver runs: bursts of up to 64 through its wire.Gate.
+        sock, drain = state["socks"][mode], state["gate"].drain
+        sock.poll(int(REPLY_TIMEOUT_S * 1000))
+        first = drain(sock, 1)
+        if len(first) != 1 or isinstance(first[0], Exception) or first[0][0].nbytes != state["frame_bytes"]:
+            raise RuntimeError(f"zrl frame not accepted or of the wrong size: {first}")
         t0 = perf()
-        for _ in range(n - 1):
-            handle(recv(copy=False))
-        return perf() - t0
+        got, rejected = 1, 0
+        while got < n:
+            if not sock.poll(int(REPLY_TIMEOUT_S * 1000)):
+                raise RuntimeError(f"no message for {REPLY_TIMEOUT_S:.0f}s after {got} of {n}")
+            for checked in drain(sock, min(64, n - got)):
+                got += 1
+                rejected += isinstance(checked, Exception)
+        dt = perf() - t0
+        if rejected:
+            raise RuntimeError(f"the gate rejected {rejected} of {n} zrl frames")
+        return dt
 
     _serve(conn, {"setup": setup, "window": window, "teardown": teardown}, lambda: (teardown(), ctx.term()))
 
@@ -194,6 +209,7 @@ def _sender_main(conn) -> None:
     import numpy as np
     import zmq
 
+    from zrl import transport
     from zrl.learner.algorithms.base import Sender
 
     ctx = zmq.Context()
@@ -211,20 +227,23 @@ def _sender_main(conn) -> None:
 
     def setup(chunk: Chunk, endpoints: dict[str, str], frame_bytes: int):
         teardown()
-        sender = Sender(0)
+        for mode in MODES:
+            s = _socket(ctx, zmq.PUSH, _hwm(frame_bytes), -1)
+            state["socks"][mode] = s
+            s.connect(endpoints[mode])
+        pusher = transport.Pusher(state["socks"]["zrl"])
+        # The actor's Sender, sending through its link's pusher (actors.actor.LearnerLink).
+        sender = Sender(0, link=types.SimpleNamespace(pusher=pusher))
         rec = _recorder(_impala(chunk), chunk.K, sender)
         state.update(
             sender=sender,
+            pusher=pusher,
             layout=rec.layout,
             bootstrap_obs=np.ones((chunk.K, *chunk.obs_shape), chunk.obs_dtype),
             payload=b"\x01" * frame_bytes,
             copy_raw=frame_bytes < zmq.COPY_THRESHOLD,
         )
-        for mode in MODES:
-            s = _socket(ctx, zmq.PUSH, _hwm(frame_bytes), -1)
-            state["socks"][mode] = s
-            s.connect(endpoints[mode])
-        return None
+        return pusher.api and transport.native_note()  # None without the C++ path
 
     def window(mode: str, n: int) -> None:
         send = state["socks"][mode].send
@@ -233,14 +252,17 @@ def _sender_main(conn) -> None:
             for _ in range(n):
                 send(payload, copy=copy)
             return
-        layout, sender, obs = state["layout"], state["sender"], state["bootstrap_obs"]
+        layout, sender, obs, pusher = state["layout"], state["sender"], state["bootstrap_obs"], state["pusher"]
         rows = {"final_index": 0, "final_obs": 0}
         for _ in range(n):
             # What the IMPALA recorder does at a chunk boundary: a fresh frame (the
-            # last one now belongs to ZeroMQ), the bootstrap observation, the header.
+            # last one may still belong to ZeroMQ), the bootstrap observation, and the
+            # sender's finish, which sends it if the queue has room, as an actor's does.
             msg = layout.allocate()
             msg.arrays["obs"][0] = obs
-            send(sender.finish(msg, 0, rows=rows), copy=False)
+            frame = sender.finish(msg, 0, rows=rows)
+            if frame is not None:  # the queue was full: wait, as the actor's link does
+                pusher.sock.send(frame, copy=False)
 
     _serve(conn, {"frame_size": frame_size, "setup": setup, "window": window, "teardown": teardown},
            lambda: (teardown(), ctx.term()))
@@ -336,8 +358,8 @@ def run(opts: BenchOptions) -> BenchResult:
                     frame_bytes = sender.call("frame_size", chunk)
                     ipc_dir = os.path.join(tmp, f"{transport}-{chunk.T}x{chunk.K}")
                     os.makedirs(ipc_dir, exist_ok=True)
-                    endpoints = receiver.call("setup", chunk, transport, ipc_dir, frame_bytes)
-                    sender.call("setup", chunk, endpoints, frame_bytes)
+                    endpoints, native_note = receiver.call("setup", chunk, transport, ipc_dir, frame_bytes)
+                    native_used = sender.call("setup", chunk, endpoints, frame_bytes) is not None
                     rates, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
                     sender.call("teardown")
                     receiver.call("teardown")
@@ -361,14 +383,20 @@ def run(opts: BenchOptions) -> BenchResult:
         for w in reversed(workers):
             w.stop()
     result.extra["windows"] = samples
+    result.extra["native"] = native_note
+    senders = ("one C++ call (header stamp + zmq_send) below 64 KiB, OutMessage.finish + pyzmq send(copy=False) above"
+               if native_used else "OutMessage.finish + pyzmq send(copy=False) (C++ path unavailable: " + native_note + ")")
+    receivers = ("C++ takes each burst from libzmq and runs the FrameGate on known layouts without the GIL "
+                 f"({native_note})" if native_used else "pyzmq recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
     steps = min(samples.items(), key=lambda kv: kv[1]["zrl_env_steps_per_s"])
     result.notes += [
         f"Target: ratio (zrl msg/s / raw msg/s) >= {TARGET_RATIO}. Medians of {rounds} windows of ~{window_s} s per side, "
         "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
-        "zrl sender: a fresh frame from the IMPALA recorder's wire.Layout per chunk, obs[0] = bootstrap obs, Sender.finish "
-        "(M = 0 truncated rows), send(copy=False). Filling the T steps is the env loop's work and is not counted.",
-        "zrl receiver: recv(copy=False) and the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, "
-        "Impala's schema and value checks; C++ FrameGate for layouts seen before): the learner up to batching.",
+        "zrl sender: a fresh frame from the IMPALA recorder's wire.Layout per chunk, obs[0] = bootstrap obs, the actor's "
+        "Sender.finish (M = 0 truncated rows) through its transport.Pusher: " + senders + ". Filling the T steps is the env "
+        "loop's work and is not counted.",
+        "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
+        "and value checks) draining bursts of up to 64: " + receivers + ".",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
         "threshold), default copy below; recv(copy=False) only.",
         "Sender and receiver are separate spawned processes; tcp://127.0.0.1 (port chosen by the OS) or ipc:// in a "

@@ -316,12 +316,13 @@ class Learner:
             if self.control in events:
                 self._handle_control(control_kinds, max_bytes)
             if self.pull in events:
-                for _ in range(64):  # drain a burst, then look at the control socket again
-                    try:
-                        frame = self.pull.recv(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    item = self._handle_data(frame)
+                # A burst, checked (wire.Gate.drain), then the control socket again. A burst for
+                # the queue takes no more than the queue has room for: what the learner cannot
+                # take yet stays in ZeroMQ, so actors feel back-pressure and the lag stays bounded.
+                queued = not (self.sink or self.algo is None or self.algo.uses_replay)
+                burst = max(1, self.queue.maxsize - self.queue.qsize()) if queued else 64
+                for checked in self.gate.drain(self.pull, min(burst, 64)):
+                    item = self._handle_data(checked)
                     if item is not None:
                         self._enqueue(item, control_kinds, max_bytes)
 
@@ -360,15 +361,18 @@ class Learner:
         except zmq.ZMQError:
             pass  # peer gone; nothing to do
 
-    def _handle_data(self, frame):
-        """Checks one message; stats are recorded here, trajectories returned for the queue."""
-        try:
-            msg, bindings = self.gate.check(frame)
-            if bindings is None:  # STATS, the only other data kind
+    def _handle_data(self, checked):
+        """One message as the gate checked it ((message, bindings) or the WireError):
+        stats are recorded here, trajectories returned for the queue."""
+        if isinstance(checked, wire.WireError):
+            self._reject(checked.reason.value, checked.detail)
+            return
+        msg, bindings = checked
+        if bindings is None:  # STATS, the only other data kind
+            try:
                 self._on_stats(msg)
-                return
-        except wire.WireError as e:
-            self._reject(e.reason.value, e.detail)
+            except wire.WireError as e:
+                self._reject(e.reason.value, e.detail)
             return
         steps = self.algo.env_steps(msg, bindings)
         with self._lock:

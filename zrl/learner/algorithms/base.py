@@ -145,14 +145,23 @@ class ActorAlgo:
 
 
 class Sender:
-    """Frames an actor's messages: its sender id and a running sequence number."""
+    """Frames an actor's messages: its sender id and a running sequence number.
 
-    def __init__(self, sender_id: int):
+    With a `link` (the actor's LearnerLink, or anything whose `pusher` is a
+    transport.Pusher), `finish` also sends the message through the link's current
+    pusher if it can go without waiting, and then returns None; else it returns
+    the frame, for the caller to send (and wait, or drop) as any other.
+    """
+
+    def __init__(self, sender_id: int, link=None):
         self.sender_id = sender_id
         self.seq = 0
+        self.link = link
 
     def finish(self, msg: wire.OutMessage, policy_version: int, rows: dict[str, int] | None = None):
         self.seq += 1
+        if self.link is not None:
+            return self.link.pusher.send(msg, self.sender_id, self.seq, policy_version, rows)
         return msg.finish(sender_id=self.sender_id, seq=self.seq, policy_version=policy_version, rows=rows)
 
     def encode(self, kind: wire.Kind, arrays, policy_version: int, meta=None) -> bytearray:

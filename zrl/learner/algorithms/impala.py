@@ -138,13 +138,13 @@ class ImpalaRecorder(Recorder):
         self.t += 1
         if self.t < self.T:
             return []
-        frame = self._finish()
+        frame = self._finish()  # None: the sender has sent it already
         self.msg = self.layout.allocate()
         self.msg.arrays["obs"][0] = step.obs
         self.t = 0
         self.finals = []
         self.chunk_version = self.policy_version
-        return [frame]
+        return [] if frame is None else [frame]
 
     def _finish(self):
         m = len(self.finals)

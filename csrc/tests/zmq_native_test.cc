@@ -1,0 +1,131 @@
+// GoogleTest of zmq_native: attaching to a loaded libzmq through a module that
+// links it, then stamp + send and a gated drain over inproc. Here the module is
+// libzmq itself (this test links it); in zrl it is pyzmq's extension.
+#include "zmq_native.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/gate_frame.h"
+
+namespace {
+
+using zrl::testing::Frame;
+
+std::string loaded_libzmq() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&zmq_send), &info) || !info.dli_fname) return "";
+  return info.dli_fname;
+}
+
+const zrl::ZmqApi* attach() {
+  std::string why;
+  const zrl::ZmqApi* api = zrl::ZmqApi::attach(loaded_libzmq(), ZMQ_VERSION_MAJOR, ZMQ_VERSION_MINOR, ZMQ_VERSION_PATCH, &why);
+  EXPECT_NE(api, nullptr) << why;
+  return api;
+}
+
+uint64_t get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+struct Pair {
+  void* ctx = zmq_ctx_new();
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  void* pull = zmq_socket(ctx, ZMQ_PULL);
+  Pair() {
+    EXPECT_EQ(zmq_bind(pull, "inproc://zmq-native-test"), 0);
+    EXPECT_EQ(zmq_connect(push, "inproc://zmq-native-test"), 0);
+  }
+  ~Pair() {
+    int zero = 0;
+    zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(push);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+  }
+};
+
+TEST(ZmqNative, AttachesToTheLoadedLibraryAndChecksItsVersion) {
+  const zrl::ZmqApi* api = attach();
+  ASSERT_NE(api, nullptr);
+  EXPECT_NE(api->library.find("libzmq"), std::string::npos) << api->library;
+  EXPECT_EQ(attach(), api);  // one lookup, remembered
+
+  std::string why;
+  EXPECT_EQ(zrl::ZmqApi::attach(loaded_libzmq(), ZMQ_VERSION_MAJOR + 1, 0, 0, &why), nullptr);
+  EXPECT_NE(why.find("but pyzmq reports"), std::string::npos) << why;
+  EXPECT_EQ(zrl::ZmqApi::attach("/nonexistent/libzmq.so", 4, 3, 4, &why), nullptr);
+  EXPECT_NE(why.find("is not loaded"), std::string::npos) << why;
+}
+
+TEST(ZmqNative, StampedFramesComeOutOfADrainChecked) {
+  const zrl::ZmqApi* api = attach();
+  ASSERT_NE(api, nullptr);
+  Pair p;
+  Frame f;
+  zrl::FrameGate gate(zrl::testing::kTrajectory, 1 << 20);
+  ASSERT_EQ(gate.add(f.block(), Frame::kAction, Frame::kEnd, {zrl::GateBound{Frame::kAction, 4, 8, 6}}), 0);
+
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    zrl::stamp_header(f.bytes.data(), seq, 10 + seq, Frame::kEnd);
+    ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), 0);
+  }
+  zrl::testing::put<int64_t>(f.bytes, Frame::kAction, 6);  // out of bounds: not vouched for
+  zrl::stamp_header(f.bytes.data(), 4, 14, Frame::kEnd);
+  ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), 0);
+
+  std::vector<zrl::Drained> out;
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out), 0);
+  ASSERT_EQ(out.size(), 4u);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto* data = static_cast<const uint8_t*>(api->msg_data(&out[i].msg));
+    ASSERT_EQ(api->msg_size(&out[i].msg), Frame::kEnd);
+    EXPECT_EQ(get64(data + 16), i + 1);   // seq
+    EXPECT_EQ(get64(data + 24), 11 + i);  // policy version
+    EXPECT_EQ(get64(data + 40), Frame::kEnd);
+    if (i < 3) {
+      EXPECT_EQ(out[i].gate.layout, 0);
+      EXPECT_EQ(out[i].gate.seq, i + 1);
+      EXPECT_EQ(out[i].gate.policy_version, 11 + i);
+    } else {
+      EXPECT_EQ(out[i].gate.layout, -1);
+    }
+    api->msg_close(&out[i].msg);
+  }
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out), 0);  // empty: EAGAIN is no error
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(ZmqNative, ADrainStopsAtItsMaximumAndSendsReportErrors) {
+  const zrl::ZmqApi* api = attach();
+  ASSERT_NE(api, nullptr);
+  Pair p;
+  Frame f;
+  zrl::FrameGate gate(zrl::testing::kTrajectory, 1 << 20);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
+  std::vector<zrl::Drained> out;
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 3, &out), 0);
+  EXPECT_EQ(out.size(), 3u);
+  for (auto& d : out) api->msg_close(&d.msg);
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 3, &out), 0);
+  EXPECT_EQ(out.size(), 2u);
+  for (auto& d : out) api->msg_close(&d.msg);
+
+  // A PUSH socket with no peer queues nothing: EAGAIN without waiting.
+  void* lonely = zmq_socket(p.ctx, ZMQ_PUSH);
+  EXPECT_EQ(zrl::send(*api, lonely, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), EAGAIN);
+  zmq_close(lonely);
+  // A PULL socket cannot send: the errno comes back.
+  EXPECT_EQ(zrl::send(*api, p.pull, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), ENOTSUP);
+}
+
+}  // namespace

@@ -1,0 +1,102 @@
+#include "zmq_native.h"
+
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+namespace zrl {
+namespace {
+
+template <typename F>
+bool sym(void* handle, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(handle, name));
+  return *out != nullptr;
+}
+
+void put_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// Header offsets (docs/PROTOCOL.md; wire_gate.cc reads the same fields).
+constexpr std::size_t kSeqOffset = 16;
+constexpr std::size_t kPolicyVersionOffset = 24;
+constexpr std::size_t kTotalOffset = 40;
+
+}  // namespace
+
+const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, int patch, std::string* why) {
+  // One lookup per (module, version); callers ask for pyzmq's, so in practice one.
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, std::unique_ptr<ZmqApi>>> found;
+  const std::string want = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  const std::string key = module + "@" + want;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& [k, api] : found)
+    if (k == key) return api.get();
+
+  // RTLD_NOLOAD: a handle to the module only if it is loaded already (it is: the
+  // caller imported pyzmq). dlsym through it searches the module, then the
+  // libraries it was linked with, in order: where the module's own calls go.
+  void* handle = dlopen(module.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!handle) {
+    const char* err = dlerror();
+    *why = module + " is not loaded (" + (err ? err : "dlopen failed") + ")";
+    return nullptr;
+  }
+  auto api = std::make_unique<ZmqApi>();
+  void (*version)(int*, int*, int*) = nullptr;
+  const bool ok = sym(handle, "zmq_version", &version) && sym(handle, "zmq_send", &api->send) &&
+                  sym(handle, "zmq_msg_init", &api->msg_init) && sym(handle, "zmq_msg_recv", &api->msg_recv) &&
+                  sym(handle, "zmq_msg_data", &api->msg_data) && sym(handle, "zmq_msg_size", &api->msg_size) &&
+                  sym(handle, "zmq_msg_close", &api->msg_close) && sym(handle, "zmq_msg_move", &api->msg_move) &&
+                  sym(handle, "zmq_errno", &api->errno_) && sym(handle, "zmq_strerror", &api->strerror);
+  // The handle stays open either way: it only pins what pyzmq keeps loaded anyway.
+  if (!ok) {
+    *why = "libzmq's functions are not visible through " + module + " (libzmq linked in statically?)";
+    return nullptr;
+  }
+  int v[3] = {0, 0, 0};
+  version(&v[0], &v[1], &v[2]);
+  const std::string got = std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]);
+  Dl_info info;
+  api->library = dladdr(reinterpret_cast<void*>(api->send), &info) && info.dli_fname ? info.dli_fname : module;
+  if (got != want) {
+    *why = api->library + " is libzmq " + got + ", but pyzmq reports " + want;
+    return nullptr;
+  }
+  found.emplace_back(key, std::move(api));
+  return found.back().second.get();
+}
+
+void stamp_header(uint8_t* frame, uint64_t seq, uint64_t policy_version, uint64_t total) {
+  put_le64(frame + kSeqOffset, seq);
+  put_le64(frame + kPolicyVersionOffset, policy_version);
+  put_le64(frame + kTotalOffset, total);
+}
+
+int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int flags) {
+  return api.send(socket, data, n, flags) < 0 ? api.errno_() : 0;
+}
+
+int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out) {
+  out->clear();
+  out->reserve(max);
+  while (out->size() < max) {
+    out->emplace_back();
+    Drained& d = out->back();
+    api.msg_init(&d.msg);
+    if (api.msg_recv(&d.msg, socket, kZmqDontWait) < 0) {
+      const int e = api.errno_();
+      api.msg_close(&d.msg);
+      out->pop_back();
+      return e == EAGAIN ? 0 : e;
+    }
+    d.gate = gate.check(static_cast<const uint8_t*>(api.msg_data(&d.msg)), api.msg_size(&d.msg));
+  }
+  return 0;
+}
+
+}  // namespace zrl

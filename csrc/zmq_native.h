@@ -1,0 +1,76 @@
+// Sending and receiving on pyzmq's sockets from C++: the per-message hot paths.
+//
+// pyzmq spends ~1 us of Python per send and 1.5-2 us per recv (its sugar layer,
+// a Frame object, the call), which for a 2 KB trajectory chunk is more than the
+// message costs ZeroMQ itself. Two loops run here instead:
+//
+//   - stamp_header + send: an actor's chunk boundary. Python has written the
+//     frame in place (wire.Layout); this stamps the fields that change per
+//     message (seq, policy_version, total length) into its header and hands it
+//     to zmq_send (which copies it), in one call from Python;
+//   - drain: the learner's receiver. A burst of messages from the PULL socket,
+//     each checked by the FrameGate (wire_gate.h), all with the GIL released.
+//
+// The sockets belong to pyzmq, and so does the libzmq they live in: another copy
+// of libzmq could not use them. So nothing here links libzmq. `ZmqApi::attach`
+// takes a handle (RTLD_NOLOAD: never loading anything) to pyzmq's own extension
+// module and looks the functions up through it, which finds them where that
+// module finds them (in the libzmq it was linked with). It checks that library's
+// version against the one pyzmq reports. Where any of that fails (no dlopen, a
+// pyzmq with libzmq's symbols hidden inside it), it says why and the callers keep
+// pyzmq's own send and recv: zrl/transport.py decides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wire_gate.h"
+
+namespace zrl {
+
+// zmq_msg_t: 64 opaque bytes, pointer-aligned (zmq.h, libzmq 4.x).
+struct alignas(sizeof(void*)) ZmqMsg {
+  unsigned char bytes[64];
+};
+
+inline constexpr int kZmqDontWait = 1;  // ZMQ_DONTWAIT
+
+struct ZmqApi {
+  int (*send)(void* socket, const void* buf, std::size_t len, int flags) = nullptr;
+  int (*msg_init)(ZmqMsg*) = nullptr;
+  int (*msg_recv)(ZmqMsg*, void* socket, int flags) = nullptr;
+  void* (*msg_data)(ZmqMsg*) = nullptr;
+  std::size_t (*msg_size)(const ZmqMsg*) = nullptr;
+  int (*msg_close)(ZmqMsg*) = nullptr;
+  int (*msg_move)(ZmqMsg* dest, ZmqMsg* src) = nullptr;
+  int (*errno_)() = nullptr;
+  const char* (*strerror)(int) = nullptr;
+  std::string library;  // the file the functions were found in
+
+  // The libzmq that the already loaded shared object `module` (pyzmq's backend
+  // extension) uses, if its version is major.minor.patch; else nullptr with *why
+  // set. The result lives as long as the process.
+  static const ZmqApi* attach(const std::string& module, int major, int minor, int patch, std::string* why);
+};
+
+// The header fields that change from message to message (docs/PROTOCOL.md):
+// seq, policy_version and the frame's total length, little-endian.
+void stamp_header(uint8_t* frame, uint64_t seq, uint64_t policy_version, uint64_t total);
+
+// zmq_send(socket, data, n, flags); returns 0, or zmq_errno() of the failed send
+// (EAGAIN: ZMQ_DONTWAIT found the queue full). Call a blocking send without the GIL.
+int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int flags);
+
+// Receives up to `max` messages from `socket` without waiting, checking each with
+// `gate`, into *out (cleared first; each message is open and the caller closes it).
+// Stops early at an empty queue (EAGAIN); any other error stops it too and is
+// returned as zmq_errno() (0 if none). Call without the GIL.
+struct Drained {
+  ZmqMsg msg;
+  GateResult gate;
+};
+int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out);
+
+}  // namespace zrl

@@ -1,0 +1,230 @@
+"""The per-message hot paths through pyzmq's own libzmq (csrc/zmq_native.h):
+transport.Pusher on the actor's side and wire.Gate.drain on the learner's.
+
+Each must deliver exactly what pyzmq's send and recv deliver: the same frames,
+the same checks, the same rejections. Sockets are inproc pairs in one context.
+"""
+from __future__ import annotations
+
+import errno
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import zmq
+
+from zrl import _core, spaces, transport, wire
+from zrl.learner.algorithms.base import Sender
+from zrl.learner.algorithms.impala import Impala
+from conftest import small_config
+from test_gate import KINDS, chunk, impala_gate, outcome
+
+
+@pytest.fixture
+def pair():
+    """(push, pull) over inproc, with room for everything a test sends."""
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    for s in (push, pull):
+        s.setsockopt(zmq.LINGER, 0)
+    push.setsockopt(zmq.SNDHWM, 0)
+    pull.setsockopt(zmq.RCVHWM, 0)
+    pull.bind("inproc://native-test")
+    push.connect("inproc://native-test")
+    yield push, pull
+    push.close(0)
+    pull.close(0)
+    ctx.term()
+
+
+@pytest.fixture
+def native_off(monkeypatch):
+    """transport.native() as ZRL_NATIVE_ZMQ=0 makes it: None."""
+    monkeypatch.setenv(transport.NATIVE_ENV, "0")
+    monkeypatch.setattr(transport, "_native", [])
+    assert transport.native() is None and transport.native_note() == f"{transport.NATIVE_ENV}=0"
+    yield
+    monkeypatch.setattr(transport, "_native", [])
+
+
+def big_gate(cfg, fast: bool) -> wire.Gate:
+    """impala_gate with room for the large chunks."""
+    algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    gate = wire.Gate(1 << 24, KINDS, fast=fast)
+    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_bounds())
+    return gate
+
+
+def drain_all(gate: wire.Gate, pull, n: int) -> list:
+    out: list = []
+    while len(out) < n:
+        assert pull.poll(5000), f"only {len(out)} of {n} messages arrived"
+        out += gate.drain(pull, 64)
+    return out
+
+
+def summary(checked):
+    if isinstance(checked, wire.WireError):
+        return ("rejected", checked.reason)
+    msg, bindings = checked
+    return ("ok", msg.kind, msg.sender_id, msg.seq, msg.policy_version, bytes(msg.meta), bindings,
+            {k: v.tobytes() for k, v in msg.arrays.items()})
+
+
+def test_pyzmqs_libzmq_is_found_here():
+    # The project installs pyzmq's wheel, whose libzmq the C++ paths must find: if this
+    # fails, every actor and learner silently runs the slower pyzmq path.
+    api = transport.native()
+    assert api is not None, transport.native_note()
+    assert "libzmq" in api.library and api.library in transport.native_note()
+
+
+def test_attaching_names_what_does_not_match():
+    module = transport.native() and zmq.backend.Socket.__module__
+    import sys
+
+    path = sys.modules[module].__file__
+    with pytest.raises(RuntimeError, match=r"is libzmq \d+\.\d+\.\d+, but pyzmq reports 9\.9\.9"):
+        _core.ZmqNative(path, 9, 9, 9)
+    with pytest.raises(RuntimeError, match="is not loaded"):
+        _core.ZmqNative("/nonexistent/libzmq-free.so", *zmq.zmq_version_info())
+
+
+def recorder_frames(cfg, n: int, push_link=None):
+    """n chunks of an IMPALA recorder (CartPole-shaped, K envs), as an actor cuts them,
+    with a truncation or two. With `push_link` (a Sender's link), the sender sends them;
+    what it hands back (a chunk with more truncations than K, framed apart) is sent
+    there at once, as the actor does, and counted in the result."""
+    algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    sender = Sender(5, link=push_link)
+    rec = algo.make_recorder(None, num_envs=cfg.actor.num_envs, sender=sender)
+    rng = np.random.default_rng(0)
+    K, T = cfg.actor.num_envs, cfg.actor.unroll_length
+    from zrl.learner.algorithms.base import Step
+
+    rec.begin(rng.standard_normal((K, 4)).astype(np.float32))
+    out = []
+    for t in range(n * T):
+        rec.policy_version = t // 3
+        rec.record(rng.integers(0, 2, K), {"behaviour_logp": rng.standard_normal(K).astype(np.float32)})
+        trunc = rng.random(K) < 0.05
+        final = {int(k): rng.standard_normal(4).astype(np.float32) for k in np.flatnonzero(trunc)}
+        frames = rec.observe(Step(rng.standard_normal((K, 4)).astype(np.float32), rng.standard_normal(K).astype(np.float32),
+                                  np.zeros(K, bool), trunc, final))
+        if push_link is None:
+            out += [bytes(f) for f in frames]
+        for f in frames if push_link is not None else ():
+            push_link.pusher.sock.send(f)
+            out.append(len(f))
+    return out
+
+
+@pytest.mark.parametrize("K", [2, 1200])  # a 1 KB chunk (C++ send) and a 120 KB one (pyzmq zero-copy)
+@pytest.mark.parametrize("native", [True, False])
+def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
+    if not native:
+        request.getfixturevalue("native_off")
+    push, pull = pair
+    cfg = small_config(f"actor.num_envs={K}", "learner.batch_size=2400")
+    expected = recorder_frames(cfg, 12)  # the same chunks, finished in Python
+    link = SimpleNamespace(pusher=transport.Pusher(push))
+    assert (link.pusher.api is not None) == native
+    handed_back = recorder_frames(cfg, 12, push_link=link)
+    assert len(handed_back) <= 2  # only chunks with more truncations than envs
+    gate = big_gate(cfg, True)
+    got = drain_all(gate, pull, len(expected))
+    reference = big_gate(cfg, False)
+    assert [summary(c) for c in got] == [outcome(reference, f) for f in expected]
+    assert all(c[0] == "ok" for c in map(summary, got)) and len({c[0].seq for c in got}) == len(expected)
+    if native and K == 1200:  # large messages come out of ZeroMQ uncopied, and stay valid
+        assert all(isinstance(c[0]._buf, memoryview) for c in got)
+        del got
+        assert pull.poll(0) == 0
+
+
+def test_drain_rejects_what_check_rejects(pair):
+    push, pull = pair
+    cfg = small_config()
+    fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)
+    rng = np.random.default_rng(3)
+    good = [bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, s, M), sender_id=s)) for s, M in [(0, 0), (1, 2), (2, 3)]]
+    frames = list(good)  # first the good ones: their layouts go to the C++ gate
+    for i in range(600):
+        b = bytearray(good[i % len(good)])
+        if i % 3 == 0:
+            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        elif i % 3 == 1:
+            b[int(rng.integers(0, wire.HEADER_SIZE + 4 * wire.DESCRIPTOR_SIZE))] ^= 1 << int(rng.integers(0, 8))
+        else:
+            b = b[: int(rng.integers(0, len(b)))]
+        frames.append(bytes(b))
+    frames.append(bytes(wire.encode(wire.Kind.STATS, {"episode_return": np.ones(2)})))
+    for f in frames:
+        push.send(f)
+    got = [summary(c) for c in drain_all(fast, pull, len(frames))]
+    assert got == [outcome(slow, f) for f in frames]
+    assert sum(g[0] == "rejected" for g in got) > 200 and sum(g[0] == "ok" for g in got) > 100
+
+
+def test_a_layout_that_takes_over_a_slot_mid_burst(pair):
+    """The table is full; a burst holds a new layout, then a frame the C++ gate vouched
+    for with the slot that new layout takes over: it must still decode as itself."""
+    push, pull = pair
+    cfg = small_config("actor.num_envs=10", "learner.batch_size=10")
+    fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)
+
+    def frame(K, M, seed):
+        shape = SimpleNamespace(actor=SimpleNamespace(unroll_length=cfg.actor.unroll_length, num_envs=K))
+        return bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(shape, seed=seed, M=M), seq=seed))
+
+    shapes = [(K, M) for K in range(1, 11) for M in range(0, 7) if M <= 5 * K][:64]
+    for K, M in shapes:
+        fast.check(frame(K, M, K * 10 + M))
+    assert len(fast._layouts) == 64 and shapes[:2] == [(1, 0), (1, 1)]
+    burst = [frame(10, 20, 1), frame(1, 0, 2), frame(1, 1, 3)]  # new; then slot 0's and slot 1's layouts
+    for f in burst:
+        push.send(f)
+    got = [summary(c) for c in drain_all(fast, pull, len(burst))]
+    assert got == [outcome(slow, f) for f in burst] and all(g[0] == "ok" for g in got)
+    assert fast._replaced is None
+
+
+def test_a_full_queue_hands_back_the_finished_frame():
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)  # with no peer at all, a PUSH socket queues nothing
+    push.setsockopt(zmq.LINGER, 0)
+    try:
+        pusher = transport.Pusher(push)
+        assert pusher.api is not None, transport.native_note()
+        layout = wire.Layout(wire.Kind.TRAJECTORY, [("x", np.float32, (3,)), ("idx", np.int32, (4,))])
+        msg = layout.allocate()
+        msg.arrays["x"][:] = [1, 2, 3]
+        msg.arrays["idx"][:2] = [7, 8]
+        frame = pusher.send(msg, 4, 11, 6, {"idx": 2})
+        assert frame is not None
+        m = wire.decode(bytes(frame))
+        assert (m.sender_id, m.seq, m.policy_version) == (4, 11, 6)
+        np.testing.assert_array_equal(m.arrays["idx"], [7, 8])
+        np.testing.assert_array_equal(m.arrays["x"], [1, 2, 3])
+        assert bytes(frame) == bytes(msg.finish(sender_id=4, seq=11, policy_version=6, rows={"idx": 2}))
+        push.close(0)
+        with pytest.raises(zmq.ZMQError) as e:  # a closed socket: an error, not a dangling pointer
+            pusher.send(layout.allocate(), 4, 12, 6, {"idx": 0})
+        assert e.value.errno == errno.ENOTSOCK
+    finally:
+        push.close(0)
+        ctx.term()
+
+
+def test_send_frame_refuses_a_bad_length(pair):
+    push, _ = pair
+    api = transport.native()
+    assert api is not None, transport.native_note()
+    buf = np.zeros(256, np.uint8)
+    for total in (0, 47, 257):
+        with pytest.raises(ValueError, match="outside"):
+            api.send_frame(push.underlying, buf, total, 1, 0, False)
+    with pytest.raises(BufferError):
+        api.send_frame(push.underlying, bytes(256), 64, 1, 0, False)  # read-only: it stamps the header
+    with pytest.raises(TypeError):
+        api.send_frame(push.underlying, buf, 64)
