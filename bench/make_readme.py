@@ -56,21 +56,25 @@ equal."""),
 
 Two processes (an actor-side sender and a learner-side receiver) over tcp and
 ipc. zrl: the IMPALA recorder's in-place frame (`Layout.allocate`, the
-bootstrap row, `finish`), `send(copy=False)`; the receiver does what the
-learner does before batching (`recv(copy=False)` and the learner's
-`wire.Gate`: decode, the IMPALA schema and value checks in Python for the
-first frame of a layout, the C++ FrameGate for the rest). raw: a
-preallocated payload of the zrl frame's length, `send`/`recv(copy=False)`
-only. Chunks: CartPole T=20 x K=2 (the "2 KB" class), the default config's
-T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
-(565 KB). Target (issue 5): at least 0.9 of raw.
+bootstrap row) and the actor's `Sender.finish`, which sends through
+`transport.Pusher` (under 64 KiB, one C++ call stamps the header and hands
+the frame to pyzmq's own libzmq; above, pyzmq's zero-copy send). The
+receiver does what the learner does before batching: `wire.Gate.drain`
+takes bursts from libzmq in C++ and checks them (the IMPALA schema and value
+checks in Python for the first frame of a layout, the C++ FrameGate for the
+rest). raw: a preallocated payload of the zrl frame's length,
+`send`/`recv(copy=False)` only. Chunks: CartPole T=20 x K=2 (the "2 KB"
+class), the default config's T=20 x K=32, and an Atari chunk of 20
+observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
+raw.
 
-The 2 KB chunk is at 0.60-0.70 (0.30-0.42 before the C++ gate and the
-leaner `finish`): the sender's Python (a fresh frame, the bootstrap row,
-the header: ~1.3 us) now bounds it against raw's bare `send` (~0.8 us). A
-C++ receive loop was tried and not kept: it cut the receiver to raw's cost
-but left the ratio where it was. The 23 KB and Atari chunks sit at
-0.8-1.1 with this machine's noise. Details: [TRANSPORT.md](TRANSPORT.md)."""),
+**The 2 KB chunk is below target: 0.71-0.89 over three runs.** It was
+0.60-0.70 with the sender and receive loop in Python, and 0.30-0.42 before
+the C++ gate. What remains is Python per message: about 0.8 us on the
+sender (a fresh frame, the bootstrap row, the Sender and Pusher calls) and
+0.3 us on the receiver, over raw's bare send and recv. On 2 cores that
+extra CPU per message is the gap. The 23 KB and Atari chunks sit at 0.7-1.3
+with this machine's noise. Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 
 C++ clients (`client_bench`, one process each) against `zrl serve` doing
@@ -91,7 +95,7 @@ clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **Pong actor -> sink is below its 0.8 target on this machine** (0.51-0.71
-over the runs so far, 0.69 in the table). On 2 cores the emulator alone keeps both cores busy
+over the runs so far, 0.63 in the table, whose raw env ran 18% faster than in the last one). On 2 cores the emulator alone keeps both cores busy
 (raw: 265-295 µs of CPU per env step), so the policy's CPU comes out of the
 emulator's share. One forward pass over 8 stacked frames costs 0.5 ms of CPU
 alone and 0.6-1.0 ms next to the emulator threads (cache and memory
