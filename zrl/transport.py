@@ -84,7 +84,7 @@ _native: list = []  # [ZmqNative or None, why], filled on first use
 def native():
     """pyzmq's own libzmq reached from C++ (`zrl._core.ZmqNative`), or None.
 
-    Actors send their trajectory chunks through it (`Direct`) and the learner
+    Actors send their trajectory chunks through it (`Pusher`) and the learner
     drains its PULL socket through it (`wire.Gate.drain`): one C++ call per
     message or burst instead of pyzmq's Python layers. None where the library
     cannot be found from pyzmq's extension (`native_note` says why) or where
