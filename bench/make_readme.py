@@ -164,9 +164,8 @@ def main() -> None:
             parts.append(body)
         else:
             parts.append(f"(no output yet: run `zrl bench {name} --out bench/out`)")
-    png = OUT / "pong.png"
-    if png.exists():
-        parts.append("![Pong return curve](out/pong.png)")
+        if (OUT / f"{name}.png").exists():
+            parts.append(f"![{name}](out/{name}.png)")
     (HERE / "README.md").write_text("\n\n".join(parts) + "\n")
     print(f"wrote {HERE / 'README.md'}")
 

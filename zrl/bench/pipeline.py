@@ -193,6 +193,41 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     return float(np.median(zrl_t)), float(np.median(plain_t))
 
 
+def plot(rows: list[dict], path) -> bool:
+    """env steps/s of `zrl run` against the number of actors, per env, with the raw env
+    rate (the ceiling) and one actor into a sink; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    envs = list(dict.fromkeys(r["env"] for r in rows))
+    fig, axes = plt.subplots(1, len(envs), figsize=(4.2 * len(envs), 3.4), squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        mine = [r for r in rows if r["env"] == env]
+        runs = [r for r in mine if r["measurement"].startswith("zrl run")]
+        raw = next(r["reference"] for r in mine if r["measurement"].startswith("raw env"))
+        sink = next((r["zrl"] for r in mine if r["measurement"].startswith("actor -> sink")), None)
+        ax.plot([r["n"] for r in runs], [r["zrl"] for r in runs], "o-", label="zrl run: learner + n actors")
+        ax.axhline(raw, ls="--", color="gray", label="raw env, one process (ceiling)")
+        if sink is not None:
+            ax.axhline(sink, ls=":", color="C1", label="one actor -> sink")
+        ax.set_xticks([r["n"] for r in runs])
+        ax.set_ylim(0, raw * 1.15)
+        ax.set_xlabel("actors")
+        ax.set_ylabel("env steps/s")
+        ax.set_title(env)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def run(opts: BenchOptions) -> BenchResult:
     quick = opts.quick
     result = BenchResult(
@@ -226,4 +261,6 @@ def run(opts: BenchOptions) -> BenchResult:
         "backward, clip, step, weights encoded) vs a plain PyTorch loop on the same batch already in tensors; "
         "n = batch columns; target ratio <= 1.10.",
     ]
+    png = opts.out / "pipeline.png"
+    result.notes.append(f"Plot: {png}" if plot(result.rows, png) else "matplotlib is not installed: no plot (pip install -e .[bench]).")
     return result

@@ -1,0 +1,23 @@
+"""`zrl bench pipeline`'s plot, from rows shaped as the bench writes them (the bench itself
+runs real processes for minutes and is not run here)."""
+from __future__ import annotations
+
+import importlib.util
+
+from zrl.bench.pipeline import plot
+
+
+def test_pipeline_plot_draws_every_env_or_says_it_cannot(tmp_path):
+    rows = []
+    for env, raw in (("CartPole", 160_000.0), ("Pong", 6_000.0)):
+        rows.append({"measurement": "raw env (steps/s)", "env": env, "n": 16, "zrl": "", "reference": raw, "ratio": ""})
+        rows.append({"measurement": "actor -> sink (steps/s)", "env": env, "n": 16, "zrl": 0.6 * raw, "reference": raw, "ratio": 0.6})
+        for n in (1, 2, 4):
+            rows.append({"measurement": "zrl run (env steps/s)", "env": env, "n": n, "zrl": 0.2 * n * raw, "reference": raw, "ratio": 0.2 * n})
+        rows.append({"measurement": "learner update (ms)", "env": env, "n": 32, "zrl": 3.0, "reference": 2.9, "ratio": 1.03})
+    png = tmp_path / "out" / "pipeline.png"
+    drew = plot(rows, png)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert drew is False and not png.exists()
+    else:
+        assert drew is True and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
