@@ -108,8 +108,12 @@ that spins for 1.0 ms reaches 0.57-0.60. So 0.8 needs the policy under about
 it closer. First, the next group's actions go out as soon as they are
 computed: 3.5-4.1k to 4.0-4.2k steps/s, A/B in the same run. Second,
 `actor.precision: auto` acts in bf16: 2.8-3.1k to
-3.5-3.6k steps/s in consecutive subprocess runs. With more cores than
-emulator threads, the policy would get a core of its own."""),
+3.5-3.6k steps/s in consecutive subprocess runs. A third (evening) moved the
+1/255 scaling of uint8 frames onto the first conv's weights: the forward
+pass over 8 frames went from 0.52 to 0.47 ms alone, and actor -> sink gave
+0.63 and 0.71 against 0.69 and 0.60 without it, alternating runs, which is
+inside the noise. With more cores than emulator threads, the policy would
+get a core of its own."""),
     ("learning", """## learning: time to solve CartPole-v1
 
 Wall time from the command's start (process start-up included) and env steps

@@ -211,10 +211,18 @@ def test_cnn_torso_gives_features_from_uint8_frames_and_gradients_flow(torso):
     assert torso.convs[0].weight.grad.abs().sum() > 0
 
 
-def test_cnn_scales_uint8_inside_the_model():
-    torso = ImpalaShallow((4, 84, 84), 32)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("torso", [ImpalaShallow((4, 84, 84), 32), ImpalaDeep((4, 84, 84), (16, 32, 32), 32)], ids=["shallow", "deep"])
+def test_cnn_scales_uint8_inside_the_model(torso, dtype):
+    # uint8 frames go through the first conv with its weights scaled by 1/255: the same
+    # features as frames scaled to [0, 1] first, up to the dtype's rounding.
+    torso = torso.to(dtype)
     x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
-    torch.testing.assert_close(torso(x), torso(x.float() / 255.0))
+    want = torso(x.to(dtype) / 255.0)
+    got = torso(x)
+    assert got.dtype == dtype
+    tol = {"rtol": 1e-5, "atol": 1e-4} if dtype == torch.float32 else {"atol": 0.05 * float(want.abs().max()), "rtol": 0.02}
+    torch.testing.assert_close(got, want, **tol)
 
 
 @pytest.mark.parametrize("network", ["impala_shallow", "impala_deep"])
