@@ -637,12 +637,21 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
   }
   auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
   if (!api) return nullptr;
-  void* sock = PyLong_AsVoidPtr(args[0]);
-  const unsigned long long total = PyLong_AsUnsignedLongLong(args[2]);
-  const unsigned long long seq = PyLong_AsUnsignedLongLong(args[3]);
-  const unsigned long long version = PyLong_AsUnsignedLongLong(args[4]);
+  // Integers as struct.pack_into takes them (anything with __index__, numpy's too);
+  // each conversion is checked before the next runs.
+  unsigned long long v[4];  // socket, total, seq, policy_version
+  const int at[4] = {0, 2, 3, 4};
+  for (int k = 0; k < 4; ++k) {
+    PyObject* i = PyNumber_Index(args[at[k]]);
+    if (!i) return nullptr;
+    v[k] = PyLong_AsUnsignedLongLong(i);
+    Py_DECREF(i);
+    if (v[k] == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  }
   const int wait = PyObject_IsTrue(args[5]);
-  if (PyErr_Occurred() || wait < 0) return nullptr;
+  if (wait < 0) return nullptr;
+  void* sock = reinterpret_cast<void*>(static_cast<uintptr_t>(v[0]));
+  const unsigned long long total = v[1], seq = v[2], version = v[3];
   if (!sock) {
     PyErr_SetString(PyExc_ValueError, "send_frame: null socket");
     return nullptr;
@@ -694,19 +703,33 @@ class ZmqNative {
 
   // [(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)] for up to
   // `max` messages; payload is bytes below copy_below, else a read-only memoryview.
-  py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below) {
+  py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below) const {
+    // A burst of its own per call: one ZmqNative serves every gate (and thread) in the process.
+    std::vector<zrl::Drained> burst;
     int err;
     {
       py::gil_scoped_release release;
-      err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst_);
+      err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst);
     }
-    const std::size_t n = burst_.size();
-    // Each message moves into an owner at once, so an exception below frees the rest.
+    const std::size_t n = burst.size();
+    // Each message moves into an owner (which closes it) before anything below can throw;
+    // if making an owner throws, the guard closes the messages not moved yet.
     std::vector<std::unique_ptr<ZmqFrame>> owners(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      owners[i] = std::make_unique<ZmqFrame>(api_);
-      api_->msg_move(&owners[i]->msg, &burst_[i].msg);
-      api_->msg_close(&burst_[i].msg);
+    {
+      struct CloseRest {
+        const zrl::ZmqApi* api;
+        std::vector<zrl::Drained>& burst;
+        std::size_t moved = 0;
+        ~CloseRest() {
+          for (std::size_t i = moved; i < burst.size(); ++i) api->msg_close(&burst[i].msg);
+        }
+      } guard{api_, burst};
+      for (; guard.moved < n; ++guard.moved) {
+        const std::size_t i = guard.moved;
+        owners[i] = std::make_unique<ZmqFrame>(api_);
+        api_->msg_move(&owners[i]->msg, &burst[i].msg);
+        api_->msg_close(&burst[i].msg);
+      }
     }
     if (n == 0 && err != 0) {
       PyErr_SetObject(PyExc_OSError, py::make_tuple(err, api_->strerror(err)).ptr());
@@ -725,7 +748,7 @@ class ZmqNative {
         payload = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
         if (!payload) throw py::error_already_set();
       }
-      const zrl::GateResult& g = burst_[i].gate;
+      const zrl::GateResult& g = burst[i].gate;
       PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(i),
                       py::make_tuple(g.layout, g.sender_id, g.seq, g.policy_version, g.meta_offset, g.meta_len,
                                      std::move(payload))
@@ -737,7 +760,6 @@ class ZmqNative {
 
  private:
   const zrl::ZmqApi* api_ = nullptr;
-  std::vector<zrl::Drained> burst_;  // reused from call to call: one receiver thread per object
 };
 
 void bind_native(py::module_& m) {
@@ -762,7 +784,7 @@ void bind_native(py::module_& m) {
       .def("drain", &ZmqNative::drain, py::arg("socket"), py::arg("gate"), py::arg("max"), py::arg("copy_below"),
            "Up to `max` messages without waiting, each checked by `gate`: "
            "[(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)]. "
-           "One thread per object (and per socket).");
+           "Any thread, but one per socket (and per gate), as ZeroMQ requires.");
 }
 
 }  // namespace

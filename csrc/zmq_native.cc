@@ -37,6 +37,10 @@ const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, in
   for (auto& [k, api] : found)
     if (k == key) return api.get();
 
+  if (module.empty()) {  // (dlopen("") would be the main program)
+    *why = "no module path to look libzmq up through";
+    return nullptr;
+  }
   // RTLD_NOLOAD: a handle to the module only if it is loaded already (it is: the
   // caller imported pyzmq). dlsym through it searches the module, then the
   // libraries it was linked with, in order: where the module's own calls go.
@@ -88,8 +92,13 @@ int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t ma
     out->emplace_back();
     Drained& d = out->back();
     api.msg_init(&d.msg);
-    if (api.msg_recv(&d.msg, socket, kZmqDontWait) < 0) {
-      const int e = api.errno_();
+    int rc;
+    int e = 0;
+    do {  // (pyzmq retries an interrupted recv too)
+      rc = api.msg_recv(&d.msg, socket, kZmqDontWait);
+      e = rc < 0 ? api.errno_() : 0;
+    } while (rc < 0 && e == EINTR);
+    if (rc < 0) {
       api.msg_close(&d.msg);
       out->pop_back();
       return e == EAGAIN ? 0 : e;

@@ -228,3 +228,80 @@ def test_send_frame_refuses_a_bad_length(pair):
         api.send_frame(push.underlying, bytes(256), 64, 1, 0, False)  # read-only: it stamps the header
     with pytest.raises(TypeError):
         api.send_frame(push.underlying, buf, 64)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_timed_out_wait_hands_back_the_frame_on_both_paths(request, native):
+    if not native:
+        request.getfixturevalue("native_off")
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)  # no peer: a blocking send waits out SNDTIMEO
+    push.setsockopt(zmq.LINGER, 0)
+    push.setsockopt(zmq.SNDTIMEO, 20)
+    try:
+        pusher = transport.Pusher(push)
+        assert (pusher.api is not None) == native
+        layout = wire.Layout(wire.Kind.TRAJECTORY, [("x", np.float32, (3,))])
+        frame = pusher.send(layout.allocate(), 1, 2, 3, wait=True)
+        assert frame is not None and wire.decode(bytes(frame)).seq == 2
+        with pytest.raises(zmq.Again):  # pyzmq's class for EAGAIN, from either path
+            raise transport.zmq_error(errno.EAGAIN)
+        assert isinstance(transport.zmq_error(zmq.ETERM), zmq.ContextTerminated)
+    finally:
+        push.close(0)
+        ctx.term()
+
+
+def test_numpy_integers_are_taken_as_pyzmqs_path_takes_them(pair):
+    push, pull = pair
+    pusher = transport.Pusher(push)
+    assert pusher.api is not None, transport.native_note()
+    layout = wire.Layout(wire.Kind.TRAJECTORY, [("x", np.float32, (3,)), ("idx", np.int32, (4,))])
+    assert pusher.send(layout.allocate(), np.int32(4), np.int64(11), np.uint64(6), {"idx": np.int64(2)}) is None
+    assert pull.poll(5000)
+    m = wire.decode(pull.recv())
+    assert (m.sender_id, m.seq, m.policy_version, m.arrays["idx"].shape) == (4, 11, 6, (2,))
+
+
+def test_two_threads_draining_at_once_each_get_their_own(pair):
+    """One ZmqNative serves every gate in the process: concurrent drains must not mix."""
+    import threading
+
+    ctx = zmq.Context()
+    cfg = small_config()
+    n = 3000
+    socks, results, errors = [], {}, []
+    try:
+        for who in (1, 2):
+            push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+            for s in (push, pull):
+                s.setsockopt(zmq.LINGER, 0)
+            push.setsockopt(zmq.SNDHWM, 0)
+            pull.setsockopt(zmq.RCVHWM, 0)
+            pull.bind(f"inproc://drain-{who}")
+            push.connect(f"inproc://drain-{who}")
+            socks += [push, pull]
+            frame = bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, who), sender_id=who))
+            for _ in range(n):
+                push.send(frame)
+
+        def drain(who, pull):
+            try:
+                gate = impala_gate(True, cfg)
+                got = drain_all(gate, pull, n)
+                results[who] = [summary(c)[:3] for c in got]
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=drain, args=(who, socks[2 * who - 1])) for who in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and not any(t.is_alive() for t in threads), errors
+        for who in (1, 2):
+            assert results[who] == [("ok", wire.Kind.TRAJECTORY, who)] * n
+    finally:
+        for s in socks:
+            s.close(0)
+        ctx.term()

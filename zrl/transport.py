@@ -100,7 +100,10 @@ def native():
                 from zrl import _core
 
                 module = sys.modules[zmq.backend.Socket.__module__]
-                api = _core.ZmqNative(getattr(module, "__file__", "") or "", *zmq.zmq_version_info())
+                path = getattr(module, "__file__", None) or ""
+                if not path.endswith((".so", ".pyd", ".dylib")):  # (the CFFI backend, a frozen build, ...)
+                    raise RuntimeError(f"pyzmq's backend {module.__name__} is not an extension module ({path or 'no file'})")
+                api = _core.ZmqNative(path, *zmq.zmq_version_info())
                 why = f"through {api.library}"
             except (ImportError, AttributeError, KeyError, RuntimeError) as e:
                 why = f"unavailable: {e}"
@@ -108,6 +111,12 @@ def native():
             log.info("native ZeroMQ path off (%s): pyzmq's send and recv", why)
         _native[:] = [api, why]
     return _native[0]
+
+
+def zmq_error(err: int) -> zmq.ZMQError:
+    """The exception pyzmq raises for a libzmq errno (zmq.Again for EAGAIN, ...)."""
+    cls = {errno.EAGAIN: zmq.Again, zmq.ETERM: zmq.ContextTerminated, errno.EINTR: zmq.InterruptedSystemCall}.get(err, zmq.ZMQError)
+    return cls(err)
 
 
 def native_note() -> str:
@@ -138,8 +147,9 @@ class Pusher:
 
     def send(self, msg, sender_id: int, seq: int, policy_version: int, rows=None, wait: bool = False):
         """Sends `msg` (a wire.OutMessage) now: None if it went, else its finished frame for
-        the caller to send later (the queue is full and `wait` is False). Raises
-        zmq.ZMQError for any other failure. (The actor's per-chunk path: kept flat.)"""
+        the caller to send later (the queue stayed full: `wait` is False, or the socket's
+        SNDTIMEO ran out). Raises zmq.ZMQError for any other failure, as pyzmq would.
+        (The actor's per-chunk path: kept flat.)"""
         if msg.layout.capacity < self.native_below and not self.sock.closed:  # (a closed socket's address dangles)
             err = self._send_frame(self.address, msg.buffer, msg.seal(sender_id, rows), seq, policy_version, wait)
             if err == 0:
@@ -154,10 +164,10 @@ class Pusher:
 
     def _retry(self, msg, err: int, seq: int, policy_version: int, wait: bool):
         while True:
-            if err == errno.EAGAIN and not wait:
+            if err == errno.EAGAIN:
                 return msg.frame()  # stamped: the finished frame
             if err != errno.EINTR:  # (a signal: Python has run its handler; try again)
-                raise zmq.ZMQError(err)
+                raise zmq_error(err)
             err = self._send_frame(self.address, msg.buffer, msg.frame().nbytes, seq, policy_version, wait)
             if err == 0:
                 return None

@@ -653,9 +653,9 @@ class Gate:
         try:
             burst = native.drain(sock.underlying, self._fast, max_msgs, self.COPY_BELOW)
         except OSError as e:  # as pyzmq's recv would raise it
-            import zmq
+            from zrl.transport import zmq_error
 
-            raise zmq.ZMQError(e.errno) from None
+            raise zmq_error(e.errno) from None
         layouts = self._layouts
         replaced = self._replaced = []
         try:
