@@ -690,7 +690,6 @@ class ZmqNative {
     if (!api_) throw std::runtime_error(why);
   }
   const std::string& library() const { return api_->library; }
-  std::string strerror(int err) const { return api_->strerror(err); }
 
   // send_frame(socket, frame, total, seq, policy_version, wait) as a plain CPython
   // function bound to this library (see native_send_frame).
@@ -712,39 +711,30 @@ class ZmqNative {
       err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst);
     }
     const std::size_t n = burst.size();
-    // Each message moves into an owner (which closes it) before anything below can throw;
-    // if making an owner throws, the guard closes the messages not moved yet.
-    std::vector<std::unique_ptr<ZmqFrame>> owners(n);
-    {
-      struct CloseRest {
-        const zrl::ZmqApi* api;
-        std::vector<zrl::Drained>& burst;
-        std::size_t moved = 0;
-        ~CloseRest() {
-          for (std::size_t i = moved; i < burst.size(); ++i) api->msg_close(&burst[i].msg);
-        }
-      } guard{api_, burst};
-      for (; guard.moved < n; ++guard.moved) {
-        const std::size_t i = guard.moved;
-        owners[i] = std::make_unique<ZmqFrame>(api_);
-        api_->msg_move(&owners[i]->msg, &burst[i].msg);
-        api_->msg_close(&burst[i].msg);
+    // Every message of the burst is closed on the way out, whatever happens below;
+    // a large one has been moved into its ZmqFrame by then (closing the empty rest is a no-op).
+    struct CloseAll {
+      const zrl::ZmqApi* api;
+      std::vector<zrl::Drained>& burst;
+      ~CloseAll() {
+        for (auto& d : burst) api->msg_close(&d.msg);
       }
-    }
+    } close_all{api_, burst};
     if (n == 0 && err != 0) {
       PyErr_SetObject(PyExc_OSError, py::make_tuple(err, api_->strerror(err)).ptr());
       throw py::error_already_set();
     }
     py::list out(n);
     for (std::size_t i = 0; i < n; ++i) {
-      ZmqFrame* f = owners[i].get();
-      const std::size_t size = api_->msg_size(&f->msg);
+      zrl::ZmqMsg* msg = &burst[i].msg;
+      const std::size_t size = api_->msg_size(msg);
       py::object payload;
       if (size < copy_below) {
-        payload = py::bytes(static_cast<const char*>(api_->msg_data(&f->msg)), size);
-        owners[i].reset();
-      } else {
-        py::object owner = py::cast(std::move(owners[i]));
+        payload = py::bytes(static_cast<const char*>(api_->msg_data(msg)), size);
+      } else {  // no copy: Python gets a view, and the message lives as long as the view
+        auto frame = std::make_unique<ZmqFrame>(api_);
+        api_->msg_move(&frame->msg, msg);
+        py::object owner = py::cast(std::move(frame));
         payload = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
         if (!payload) throw py::error_already_set();
       }
@@ -775,7 +765,6 @@ void bind_native(py::module_& m) {
       .def(py::init<const std::string&, int, int, int>(), py::arg("module"), py::arg("major"), py::arg("minor"),
            py::arg("patch"))
       .def_property_readonly("library", &ZmqNative::library)
-      .def("strerror", &ZmqNative::strerror, py::arg("errno"))
       .def_property_readonly("send_frame", &ZmqNative::send_frame_function,
                              "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno "
                              "(EAGAIN: the queue is full and wait is false): stamps seq, policy_version and total "

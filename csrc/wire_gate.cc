@@ -72,7 +72,7 @@ GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
   if (load<uint16_t>(data + 4) != wire::kProtocolVersion || load<uint16_t>(data + 6) != kind_) return r;
   const uint32_t n_arrays = load<uint32_t>(data + 12);
   const uint32_t meta_len = load<uint32_t>(data + 32);
-  if (load<uint32_t>(data + 36) != 0 || load<uint64_t>(data + 40) != n) return r;  // flags, total
+  if (load<uint32_t>(data + 36) != 0 || load<uint64_t>(data + wire::kTotalOffset) != n) return r;  // flags, total
   if (n_arrays == 0 || n_arrays > kMaxArrays) return r;
   const uint64_t meta_offset = kHeaderSize + kDescriptorSize * uint64_t{n_arrays};
   const uint64_t data_start = meta_offset + meta_len;
@@ -96,8 +96,8 @@ GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
     }
     r.layout = static_cast<int>(i);
     r.sender_id = load<uint32_t>(data + 8);
-    r.seq = load<uint64_t>(data + 16);
-    r.policy_version = load<uint64_t>(data + 24);
+    r.seq = load<uint64_t>(data + wire::kSeqOffset);
+    r.policy_version = load<uint64_t>(data + wire::kPolicyVersionOffset);
     r.meta_offset = meta_offset;
     r.meta_len = meta_len;
     return r;

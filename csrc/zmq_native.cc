@@ -7,6 +7,8 @@
 #include <mutex>
 #include <utility>
 
+#include "client/wire.h"  // the header offsets (header-only use: nothing of libzmq)
+
 namespace zrl {
 namespace {
 
@@ -19,11 +21,6 @@ bool sym(void* handle, const char* name, F* out) {
 void put_le64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-
-// Header offsets (docs/PROTOCOL.md; wire_gate.cc reads the same fields).
-constexpr std::size_t kSeqOffset = 16;
-constexpr std::size_t kPolicyVersionOffset = 24;
-constexpr std::size_t kTotalOffset = 40;
 
 }  // namespace
 
@@ -76,9 +73,9 @@ const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, in
 }
 
 void stamp_header(uint8_t* frame, uint64_t seq, uint64_t policy_version, uint64_t total) {
-  put_le64(frame + kSeqOffset, seq);
-  put_le64(frame + kPolicyVersionOffset, policy_version);
-  put_le64(frame + kTotalOffset, total);
+  put_le64(frame + wire::kSeqOffset, seq);
+  put_le64(frame + wire::kPolicyVersionOffset, policy_version);
+  put_le64(frame + wire::kTotalOffset, total);
 }
 
 int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int flags) {

@@ -21,10 +21,10 @@ KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})
 CAP = 1 << 16
 
 
-def impala_gate(fast: bool, cfg=None, algo=None):
+def impala_gate(fast: bool, cfg=None, algo=None, cap: int = CAP):
     cfg = cfg or small_config()
     algo = algo or Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    gate = wire.Gate(CAP, KINDS, fast=fast)
+    gate = wire.Gate(cap, KINDS, fast=fast)
     gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_bounds())
     return gate
 

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from zrl import _core, spaces, transport, wire
-from zrl.learner.algorithms.base import Sender
+from zrl.learner.algorithms.base import Sender, Step
 from zrl.learner.algorithms.impala import Impala
 from conftest import small_config
 from test_gate import KINDS, chunk, impala_gate, outcome
@@ -45,14 +45,6 @@ def native_off(monkeypatch):
     assert transport.native() is None and transport.native_note() == f"{transport.NATIVE_ENV}=0"
     yield
     monkeypatch.setattr(transport, "_native", [])
-
-
-def big_gate(cfg, fast: bool) -> wire.Gate:
-    """impala_gate with room for the large chunks."""
-    algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    gate = wire.Gate(1 << 24, KINDS, fast=fast)
-    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_bounds())
-    return gate
 
 
 def drain_all(gate: wire.Gate, pull, n: int) -> list:
@@ -100,8 +92,6 @@ def recorder_frames(cfg, n: int, push_link=None):
     rec = algo.make_recorder(None, num_envs=cfg.actor.num_envs, sender=sender)
     rng = np.random.default_rng(0)
     K, T = cfg.actor.num_envs, cfg.actor.unroll_length
-    from zrl.learner.algorithms.base import Step
-
     rec.begin(rng.standard_normal((K, 4)).astype(np.float32))
     out = []
     for t in range(n * T):
@@ -131,9 +121,9 @@ def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
     assert (link.pusher.api is not None) == native
     handed_back = recorder_frames(cfg, 12, push_link=link)
     assert len(handed_back) <= 2  # only chunks with more truncations than envs
-    gate = big_gate(cfg, True)
+    gate = impala_gate(True, cfg, cap=1 << 24)  # room for the large chunks
     got = drain_all(gate, pull, len(expected))
-    reference = big_gate(cfg, False)
+    reference = impala_gate(False, cfg, cap=1 << 24)
     assert [summary(c) for c in got] == [outcome(reference, f) for f in expected]
     assert all(c[0] == "ok" for c in map(summary, got)) and len({c[0].seq for c in got}) == len(expected)
     if native and K == 1200:  # large messages come out of ZeroMQ uncopied, and stay valid
@@ -186,7 +176,7 @@ def test_a_layout_that_takes_over_a_slot_mid_burst(pair):
         push.send(f)
     got = [summary(c) for c in drain_all(fast, pull, len(burst))]
     assert got == [outcome(slow, f) for f in burst] and all(g[0] == "ok" for g in got)
-    assert fast._replaced is None
+    assert len(fast._layouts) == 64 == len(fast._blocks) == len(fast._fast)  # the table stays whole
 
 
 def test_a_full_queue_hands_back_the_finished_frame():

@@ -592,7 +592,6 @@ class Gate:
             self._fast = _core.FrameGate(int(Kind.TRAJECTORY), max_bytes)
         self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int], bytes]] = []  # by FrameGate id
         self._blocks: set[bytes] = set()
-        self._replaced: list[int] | None = None  # during a `drain`: the slots taken over
         self._native = None
         if self._fast is not None:
             from zrl import transport
@@ -607,7 +606,7 @@ class Gate:
         self.schema, self._check_values, self._value_bounds = schema, check_values, value_bounds
         if self._fast is not None:
             self._fast.clear()
-        self._layouts.clear()
+        self._layouts = []
         self._blocks.clear()
 
     def check(self, frame) -> tuple[Message, dict[str, int] | None]:
@@ -617,10 +616,7 @@ class Gate:
         if fast is not None:
             hit = fast.check(buf)
             if hit is not None:
-                layout, sender_id, seq, policy_version, meta_offset, meta_len = hit
-                infos, bindings, _ = self._layouts[layout]
-                meta = buf[meta_offset : meta_offset + meta_len] if meta_len else b""
-                return Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, buf, len(buf)), bindings
+                return _vouched(self._layouts, buf, *hit)
         msg = decode(buf, self.max_bytes, self.allowed_kinds)
         if msg.kind != Kind.TRAJECTORY:
             return msg, None
@@ -635,45 +631,34 @@ class Gate:
     def drain(self, sock, max_msgs: int) -> list:
         """Up to max_msgs messages from a pyzmq socket, without waiting, each checked:
         a list of (message, bindings) or of the WireError that rejected it."""
-        out: list = []
         native = self._native
         if native is None:
             import zmq
 
+            frames = []
             for _ in range(max_msgs):
                 try:
-                    frame = sock.recv(zmq.NOBLOCK, copy=False)
+                    frames.append(sock.recv(zmq.NOBLOCK, copy=False))
                 except zmq.Again:
                     break
-                try:
-                    out.append(self.check(frame))
-                except WireError as e:
-                    out.append(e)
-            return out
+            return [self._checked(f) for f in frames]
         try:
             burst = native.drain(sock.underlying, self._fast, max_msgs, self.COPY_BELOW)
         except OSError as e:  # as pyzmq's recv would raise it
             from zrl.transport import zmq_error
 
             raise zmq_error(e.errno) from None
+        # The FrameGate vouched with the table as it was when the burst came in: this
+        # list is that table (a registration below that takes over a slot copies the list).
         layouts = self._layouts
-        replaced = self._replaced = []
+        return [_vouched(layouts, data, layout, sender_id, seq, version, meta_offset, meta_len) if layout >= 0
+                else self._checked(data) for layout, sender_id, seq, version, meta_offset, meta_len, data in burst]
+
+    def _checked(self, frame):
         try:
-            for layout, sender_id, seq, policy_version, meta_offset, meta_len, data in burst:
-                # (A layout registered earlier in this burst may have taken over the slot
-                # the FrameGate vouched with: then the frame takes the Python path.)
-                if layout >= 0 and not (replaced and layout in replaced):
-                    infos, bindings, _ = layouts[layout]
-                    meta = data[meta_offset : meta_offset + meta_len] if meta_len else b""
-                    out.append((Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, data, len(data)), bindings))
-                    continue
-                try:
-                    out.append(self.check(data))
-                except WireError as e:
-                    out.append(e)
-        finally:
-            self._replaced = None
-        return out
+            return self.check(frame)
+        except WireError as e:
+            return e
 
     def _register(self, buf, msg: Message, bindings: dict[str, int]) -> None:
         block = bytes(buf[HEADER_SIZE : HEADER_SIZE + DESCRIPTOR_SIZE * len(msg.infos)])
@@ -689,12 +674,18 @@ class Gate:
         layout = self._fast.add(block, first, end, rules)
         if layout == len(self._layouts):
             self._layouts.append((msg.infos, bindings, block))
-        else:  # a full table: this slot's layout is forgotten
+        else:  # a full table: this slot's layout is forgotten, in a new list (see `drain`)
             self._blocks.discard(self._layouts[layout][2])
+            self._layouts = self._layouts.copy()
             self._layouts[layout] = (msg.infos, bindings, block)
-            if self._replaced is not None:
-                self._replaced.append(layout)
         self._blocks.add(block)
+
+
+def _vouched(layouts, buf, layout, sender_id, seq, policy_version, meta_offset, meta_len):
+    """The message (and bindings) of a frame the FrameGate vouched for with `layout`."""
+    infos, bindings, _ = layouts[layout]
+    meta = buf[meta_offset : meta_offset + meta_len] if meta_len else b""
+    return Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, buf, len(buf)), bindings
 
 
 def check_bounds(msg: Message, bounds: Mapping[str, int]) -> None:

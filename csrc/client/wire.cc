@@ -235,11 +235,11 @@ void encode(const Header& header, const ArrayRef* arrays, std::size_t n_arrays, 
   store_le<uint16_t>(buf + 6, static_cast<uint16_t>(header.kind));
   store_le<uint32_t>(buf + 8, header.sender_id);
   store_le<uint32_t>(buf + 12, static_cast<uint32_t>(n_arrays));
-  store_le<uint64_t>(buf + 16, header.seq);
-  store_le<uint64_t>(buf + 24, header.policy_version);
+  store_le<uint64_t>(buf + kSeqOffset, header.seq);
+  store_le<uint64_t>(buf + kPolicyVersionOffset, header.policy_version);
   store_le<uint32_t>(buf + 32, static_cast<uint32_t>(meta.size()));
   store_le<uint32_t>(buf + 36, 0);  // flags: reserved
-  store_le<uint64_t>(buf + 40, total);
+  store_le<uint64_t>(buf + kTotalOffset, total);
 
   for (std::size_t i = 0; i < n_arrays; ++i) {
     const ArrayRef& a = arrays[i];
@@ -282,11 +282,11 @@ void decode(const void* data, std::size_t size, Message* out, std::size_t max_by
   if (!is_known_kind(kind)) reject("bad_kind", "unknown kind " + std::to_string(kind));
   const auto sender_id = load_le<uint32_t>(buf + 8);
   const auto n_arrays = load_le<uint32_t>(buf + 12);
-  const auto seq = load_le<uint64_t>(buf + 16);
-  const auto policy_version = load_le<uint64_t>(buf + 24);
+  const auto seq = load_le<uint64_t>(buf + kSeqOffset);
+  const auto policy_version = load_le<uint64_t>(buf + kPolicyVersionOffset);
   const auto meta_len = load_le<uint32_t>(buf + 32);
   const auto flags = load_le<uint32_t>(buf + 36);
-  const auto total = load_le<uint64_t>(buf + 40);
+  const auto total = load_le<uint64_t>(buf + kTotalOffset);
   if (total != n) {
     reject("bad_length", "header says " + std::to_string(total) + " bytes, frame has " + std::to_string(n));
   }

@@ -32,6 +32,10 @@ namespace zrl::wire {
 inline constexpr char kMagic[4] = {'Z', 'R', 'L', 'W'};
 inline constexpr uint16_t kProtocolVersion = ZRL_CLIENT_PROTOCOL_VERSION;
 inline constexpr std::size_t kHeaderSize = 48;
+// Header fields a sender rewrites per message (and receivers read), as byte offsets.
+inline constexpr std::size_t kSeqOffset = 16;
+inline constexpr std::size_t kPolicyVersionOffset = 24;
+inline constexpr std::size_t kTotalOffset = 40;
 inline constexpr std::size_t kDescriptorSize = 80;
 inline constexpr std::size_t kAlign = 64;
 inline constexpr std::size_t kMaxDims = 6;

@@ -67,12 +67,20 @@ TEST(ZmqNative, AttachesToTheLoadedLibraryAndChecksItsVersion) {
   EXPECT_NE(why.find("is not loaded"), std::string::npos) << why;
 }
 
-TEST(ZmqNative, StampedFramesComeOutOfADrainChecked) {
-  const zrl::ZmqApi* api = attach();
-  ASSERT_NE(api, nullptr);
+// The library, an inproc PUSH/PULL pair, a frame and an empty gate.
+class ZmqNativeIo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    api = attach();
+    ASSERT_NE(api, nullptr);
+  }
+  const zrl::ZmqApi* api = nullptr;
   Pair p;
   Frame f;
-  zrl::FrameGate gate(zrl::testing::kTrajectory, 1 << 20);
+  zrl::FrameGate gate{zrl::testing::kTrajectory, 1 << 20};
+};
+
+TEST_F(ZmqNativeIo, StampedFramesComeOutOfADrainChecked) {
   ASSERT_EQ(gate.add(f.block(), Frame::kAction, Frame::kEnd, {zrl::GateBound{Frame::kAction, 4, 8, 6}}), 0);
 
   for (uint64_t seq = 1; seq <= 3; ++seq) {
@@ -105,12 +113,7 @@ TEST(ZmqNative, StampedFramesComeOutOfADrainChecked) {
   EXPECT_TRUE(out.empty());
 }
 
-TEST(ZmqNative, ADrainStopsAtItsMaximumAndSendsReportErrors) {
-  const zrl::ZmqApi* api = attach();
-  ASSERT_NE(api, nullptr);
-  Pair p;
-  Frame f;
-  zrl::FrameGate gate(zrl::testing::kTrajectory, 1 << 20);
+TEST_F(ZmqNativeIo, ADrainStopsAtItsMaximumAndSendsReportErrors) {
   for (int i = 0; i < 5; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
   std::vector<zrl::Drained> out;
   ASSERT_EQ(zrl::drain(*api, p.pull, gate, 3, &out), 0);

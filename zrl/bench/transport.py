@@ -243,7 +243,7 @@ def _sender_main(conn) -> None:
             payload=b"\x01" * frame_bytes,
             copy_raw=frame_bytes < zmq.COPY_THRESHOLD,
         )
-        return pusher.api and transport.native_note()  # None without the C++ path
+        return pusher.api is not None  # whether the C++ path sends
 
     def window(mode: str, n: int) -> None:
         send = state["socks"][mode].send
@@ -359,7 +359,7 @@ def run(opts: BenchOptions) -> BenchResult:
                     ipc_dir = os.path.join(tmp, f"{transport}-{chunk.T}x{chunk.K}")
                     os.makedirs(ipc_dir, exist_ok=True)
                     endpoints, native_note = receiver.call("setup", chunk, transport, ipc_dir, frame_bytes)
-                    native_used = sender.call("setup", chunk, endpoints, frame_bytes) is not None
+                    native_used = sender.call("setup", chunk, endpoints, frame_bytes)
                     rates, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
                     sender.call("teardown")
                     receiver.call("teardown")
