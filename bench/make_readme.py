@@ -68,7 +68,7 @@ class), the default config's T=20 x K=32, and an Atari chunk of 20
 observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
-**The 2 KB chunk is below target: 0.71-0.89 over three runs.** It was
+**The 2 KB chunk is below target: 0.70-0.89 over six runs.** It was
 0.60-0.70 with the sender and receive loop in Python, and 0.30-0.42 before
 the C++ gate. What remains is Python per message: about 0.8 us on the
 sender (a fresh frame, the bootstrap row, the Sender and Pusher calls) and
