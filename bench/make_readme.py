@@ -94,26 +94,42 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Pong actor -> sink is below its 0.8 target on this machine** (0.51-0.71
-over the runs so far, 0.63 in the table, whose raw env ran 18% faster than in the last one). On 2 cores the emulator alone keeps both cores busy
-(raw: 265-295 µs of CPU per env step), so the policy's CPU comes out of the
-emulator's share. One forward pass over 8 stacked frames costs 0.5 ms of CPU
-alone and 0.6-1.0 ms next to the emulator threads (cache and memory
-contention). An actor measured 420-455 µs of CPU per env step. Its main
-thread used about 0.5 core, the four emulator threads 1.0 core, and about
-0.5 core sat idle waiting on the other group. A stand-in loop that spins for
-0.5 ms per group instead of running inference reaches 0.76-0.80 of raw; one
-that spins for 1.0 ms reaches 0.57-0.60. So 0.8 needs the policy under about
-0.5 ms per 8 frames *next to* the emulator. Two changes of 2026-11-23 brought
-it closer. First, the next group's actions go out as soon as they are
-computed: 3.5-4.1k to 4.0-4.2k steps/s, A/B in the same run. Second,
-`actor.precision: auto` acts in bf16: 2.8-3.1k to
-3.5-3.6k steps/s in consecutive subprocess runs. A third (evening) moved the
-1/255 scaling of uint8 frames onto the first conv's weights: the forward
-pass over 8 frames went from 0.52 to 0.47 ms alone, and actor -> sink gave
-0.63 and 0.71 against 0.69 and 0.60 without it, alternating runs, which is
-inside the noise. With more cores than emulator threads, the policy would
-get a core of its own."""),
+**Pong actor -> sink is below its 0.8 target on this machine: 0.64-0.73**
+(0.643 in the table, A/B medians 0.70-0.71; 0.51-0.71 before 2026-11-23's
+changes). On 2 cores the emulator alone keeps
+both cores busy (raw: 263 µs of CPU per env step at 1.93 cores), so every µs
+the policy spends comes out of the emulator's share. Profile of one actor
+(8 envs per group, 2 groups, bf16 policy; `/proc` per-thread CPU): the
+emulator threads 266-286 µs of CPU per env step, the actor's thread 92-110
+µs, of which the policy (`act`) 83-93 µs, and the machine idle 0.2-0.3 core.
+The policy costs 60 µs per frame alone and 80-93 next to the emulator threads
+(cache contention); its first conv alone is 20 µs per frame in bf16 (18 in
+int8), near what one core does with library kernels. A stand-in loop that
+spins 60 µs per env step instead of acting reaches 0.77-0.80. So 0.8 would
+need the whole policy step under about 60 µs per frame *next to* the
+emulator, or a core of its own (more cores than emulator threads).
+
+What moved it, each A/B in alternating runs:
+- The next group's actions go out as soon as they are computed: 3.5-4.1k to
+  4.0-4.2k steps/s.
+- `actor.precision: auto` acts in bf16: 2.8-3.1k to 3.5-3.6k steps/s.
+- The 1/255 scaling of uint8 frames moved onto the first conv's weights:
+  0.52 to 0.47 ms per forward pass over 8 frames alone; actor -> sink inside
+  the noise.
+- **Emulator threads that give way** (`env.thread_nice`, default 5): woken
+  emulator threads preempted the actor's thread each time it handed a group
+  its actions (`perf` saw it preempted in `sem_post`): the hand-over took
+  0.67-0.74 ms of wall time against 14 µs when nothing runs, leaving the
+  policy half done while the other group ran out of work. As SCHED_BATCH
+  threads, 5 nicer, they never preempt on wake-up: the hand-over takes
+  0.04-0.06 ms. Two A/Bs of 4 alternating runs each: median 0.632 to 0.712
+  (a first version) and 0.635 (0.58-0.67) to 0.700 (0.68-0.73) with the
+  shipped code; nice 10 and SCHED_IDLE measured the same as nice 5.
+- Tried and not kept: more groups (24 envs in 3, 32 in 4) and wider ones
+  (32 in 2): 0.67-0.71, the same within noise; one emulator thread per
+  group: 0.65; channels-last convolutions: no faster once the input's
+  transpose is counted; TorchScript freezing: 10% off the forward pass, but
+  it would have to be redone on every weights update."""),
     ("learning", """## learning: time to solve CartPole-v1
 
 Wall time from the command's start (process start-up included) and env steps
@@ -130,25 +146,30 @@ does bf16 natively: `actor.precision` and `learner.precision` auto) for a few mi
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
 play scores about -20.5.
 
-**In 10 minutes on this CPU the curve barely moves, and it does not always
-move.** The learner is the bottleneck. An update of 32 x 20 steps takes
-95-150 ms, depending on how busy the machine is, so a run gets 2,800-4,000
-updates. PPO and A2C take tens of thousands of gradient steps over the same
-frames. The runs so far:
+**In 10 minutes on this CPU the curve starts to move, late and by little.**
+The learner is the bottleneck. Until 11-23 the config took the paper's
+batches of 32 x 20 steps; an update took 95-150 ms, depending on how busy
+the machine was, so a run got 2,800-4,000 updates (PPO and A2C take tens of
+thousands of gradient steps over the same frames), and the curve barely
+moved. Since the evening of 11-23 a batch is one chunk, 8 x 20 steps: 22 ms
+an update, 12,000 updates in a run over about as many frames, and the return
+rises from minute 7-8 on. The runs so far:
 
-| date  | frames/s | first minute -> tenth minute |
-| ----- | -------- | ---------------------------- |
-| 11-22 | 17.0k    | -20.24 -> -19.76             |
-| 11-23 | 11.9k    | -20.26 -> -20.34 (flat)      |
-| 11-23 | 11.5k    | -20.32 -> -20.02 (the table) |
+| date  | batch | frames/s | first minute -> tenth minute |
+| ----- | ----- | -------- | ---------------------------- |
+| 11-22 | 32    | 17.0k    | -20.24 -> -19.76             |
+| 11-23 | 32    | 11.9k    | -20.26 -> -20.34 (flat)      |
+| 11-23 | 32    | 11.5k    | -20.32 -> -20.02             |
+| 11-23 | 8     | 13.0k    | -20.84 -> -19.33 (-19.06 at the end)  |
+| 11-23 | 8     | 12.9k    | -20.24 -> -19.44 (the table) |
 
-Three 11-23 variants did no better: learning rate 1e-3 went from -20.4 to
--20.2 in 10 minutes, batches of 8 columns from -20.5 to -20.1 in 6
-minutes, and an entropy cost of 0.0006 (TorchBeast's) instead of 0.01 from
--21.0 to -20.1 in 10 minutes (2.8k env steps/s), with the policy's entropy
-still 1.69 against the uniform policy's 1.79: it is not the entropy bonus
-that keeps the policy flat, it is how few updates it has had. Give it a GPU
-learner, or hours, to see Pong learn."""),
+Variants of the batch-32 config did no better: learning rate 1e-3 went from
+-20.4 to -20.2 in 10 minutes, and an entropy cost of 0.0006 (TorchBeast's)
+instead of 0.01 from -21.0 to -20.1 in 10 minutes (2.8k env steps/s), with
+the policy's entropy still 1.69 against the uniform policy's 1.79: it is not
+the entropy bonus that keeps the policy flat, it is how few updates it has
+had. (A 6-minute run with batches of 8 had gone from -20.5 to -20.1: the rise
+comes later.) Give it a GPU learner, or an hour, to see Pong learn."""),
     ("soak", """## soak: resident memory over a long run
 
 A 10-minute `zrl run` of the default config with no return target; the

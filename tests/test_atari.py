@@ -1,6 +1,7 @@
 """Atari backends (ale_py's C++ vector env and the gymnasium fallback) and IMPALA's CNN torsos."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +181,35 @@ def test_same_seed_same_episodes_in_the_cpp_backend():
         finally:
             env.close()
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities are set through /proc (Linux)")
+@pytest.mark.parametrize("nice", [0, 5])
+def test_emulator_threads_give_way_to_the_actor_thread(nice):
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    env = _env("ale_vector", 2, num_threads=2, thread_nice=nice)
+    try:
+        assert len(env.emulator_threads) == (2 if nice else 0)
+        for tid in env.emulator_threads:  # the workers AtariVectorEnv started
+            assert os.sched_getscheduler(tid) == os.SCHED_BATCH
+            assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, mine + nice)
+            assert Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "zrl-emulator"
+        # the calling thread itself is left as it was, and stepping still works
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER and os.getpriority(os.PRIO_PROCESS, 0) == mine
+        env.reset()
+        assert env.step(np.array([0, 1])).obs.shape == (2, 4, 84, 84)
+    finally:
+        env.close()
+    if not nice:  # no thread of the process was touched
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        assert all(os.sched_getscheduler(t) != os.SCHED_BATCH for t in tids if Path(f"/proc/self/task/{t}").exists())
+
+
+def test_emulator_priority_is_left_alone_when_other_threads_start_meanwhile():
+    from zrl.envs.atari import _yield_to_caller
+
+    assert _yield_to_caller({1, 2, 3}, 2, 5) == []  # 3 threads appeared, 2 expected: ambiguous, so nothing changes
+    assert _yield_to_caller(set(), 2, 5) == []
 
 
 def test_area_resize_matches_the_dense_definition():

@@ -1,8 +1,10 @@
-"""`zrl bench pipeline`'s plot, from rows shaped as the bench writes them (the bench itself
-runs real processes for minutes and is not run here)."""
+"""`zrl bench pipeline`'s plot, from rows shaped as the bench writes them, and its learner-overhead
+timing on a couple of updates (the bench itself runs real processes for minutes and is not run here)."""
 from __future__ import annotations
 
 import importlib.util
+
+import pytest
 
 from zrl.bench.pipeline import plot
 
@@ -21,3 +23,13 @@ def test_pipeline_plot_draws_every_env_or_says_it_cannot(tmp_path):
         assert drew is False and not png.exists()
     else:
         assert drew is True and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name, overrides", [("CartPole", ["learner.batch_size=64"]), ("Pong", ["learner.batch_size=8", "actor.env_groups=2"])])
+def test_learner_overhead_times_both_paths_on_batches_of_whole_chunks(name, overrides):
+    # The Pong batch is one chunk of num_envs / env_groups columns, narrower than an actor's envs.
+    from zrl.bench.pipeline import _config, learner_overhead
+
+    zrl_s, plain_s = learner_overhead(name, _config(name, overrides), 2)
+    assert 0 < plain_s and 0 < zrl_s

@@ -44,6 +44,8 @@ def test_invariants_give_the_reason(tmp_path):
         load_config(write(tmp_path, "algo:\n  name: impala\n  discount: 1.5\n"))
     with pytest.raises(ConfigError, match="multiple of actor.num_envs"):
         load_config(write(tmp_path, "actor:\n  num_envs: 3\nlearner:\n  batch_size: 64\n"))
+    with pytest.raises(ConfigError, match=r"env\.thread_nice.*\[0, 19\]"):
+        load_config(write(tmp_path, "env:\n  id: ALE/Pong-v5\n  thread_nice: 20\n"))
 
 
 def test_unknown_algorithm_lists_known_ones(tmp_path):

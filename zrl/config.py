@@ -80,6 +80,10 @@ class EnvConfig:
     """Atari: truncate an episode after this many emulator frames (30 minutes)."""
     num_threads: int = 0
     """Atari ale_vector: emulator threads (0: as many as cores)."""
+    thread_nice: int = 5
+    """Atari ale_vector: the emulator threads run as batch threads (SCHED_BATCH), this much
+    nicer than the thread that creates them, so that the actor's policy is not preempted
+    each time it hands the emulators work (0: leave them as they are; Linux only)."""
 
     def __post_init__(self):
         _check(bool(self.id), "env.id", "must name a gymnasium environment")
@@ -92,6 +96,7 @@ class EnvConfig:
         _check(0.0 <= self.repeat_action_probability <= 1.0, "env.repeat_action_probability", "must be in [0, 1]")
         _check(self.max_episode_frames >= 1, "env.max_episode_frames", "must be >= 1")
         _check(self.num_threads >= 0, "env.num_threads", "must be >= 0")
+        _check(0 <= self.thread_nice <= 19, "env.thread_nice", "must be in [0, 19]")
 
 
 @dataclass(frozen=True)

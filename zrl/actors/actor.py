@@ -349,8 +349,14 @@ class Actor:
                 self.ctx.term()
 
     def _loop(self, envs, policy, sender: Sender) -> int:
-        """Steps the env groups in turn. With G > 1 groups, the policy runs on the next
-        group's observations while the current group steps (step_async / step_wait)."""
+        """Steps the env groups in turn, every group but one always in flight.
+
+        Each group's actions go to its emulator threads (step_async) as soon as
+        the policy has them; then the actor waits for the next group (step_wait),
+        records its step and acts on it. With G > 1 groups the other G - 1 groups
+        keep the emulator busy while the policy runs, and the chunks go out only
+        after the group's next step is under way.
+        """
         G = len(envs)
         width = envs[0].num_envs
         ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
@@ -358,26 +364,23 @@ class Actor:
         bp_names = (f"actor{self.index}/blocked_s", f"actor{self.index}/dropped_chunks")
         stats_every = self.config.actor.stats_interval_s
         streams = [ActorAlgo(policy, r) for r in self.recorders]  # policy state + recorder per group
-        obs = [env.reset() for env in envs]
-        for stream, o in zip(streams, obs):
-            stream.begin(o)
+        for env, stream in zip(envs, streams):
+            obs = env.reset()
+            stream.begin(obs)
+            env.step_async(stream.act(obs))
         ep_ret = np.zeros((G, width), np.float64)
         ep_len = np.zeros((G, width), np.int64)
         done_ret: list[float] = []
         done_len: list[float] = []
         last_stats = time.monotonic()
 
-        envs[0].step_async(streams[0].act(obs[0]))
         g = 0
         while not self.stop.is_set():
             self.link.poll_weights()
-            nxt = (g + 1) % G
-            if G > 1:
-                # Act for the next group while group g steps, and hand it its actions at once:
-                # both groups then step together while we wait for g.
-                envs[nxt].step_async(streams[nxt].act(obs[nxt]))
             step = envs[g].step_wait()
-            for frame in streams[g].observe(step):
+            frames = streams[g].observe(step)  # chunks that could not go out without waiting
+            envs[g].step_async(streams[g].act(step.obs))
+            for frame in frames:
                 self.link.send(frame, drop=drop)
             self.env_steps += width
             ep_ret[g] += step.reward
@@ -396,10 +399,7 @@ class Actor:
                 self.link.send(sender.encode(wire.Kind.STATS, stats, self.policy_version), drop=drop)
                 done_ret, done_len = [], []
                 last_stats = now
-            obs[g] = step.obs
-            if G == 1:
-                envs[0].step_async(streams[0].act(obs[0]))
-            g = nxt
+            g = (g + 1) % G
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps  # a step still in flight is abandoned: close() stops the env

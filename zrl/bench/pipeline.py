@@ -124,7 +124,7 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     torch.set_num_threads(cfg.learner.torch_threads)
     obs_spec, act_spec = probe_specs(cfg.env)
     algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, act_spec)
-    K, B = cfg.actor.num_envs, cfg.learner.batch_size
+    K, B = cfg.actor.num_envs // cfg.actor.env_groups, cfg.learner.batch_size  # chunk width, batch columns
     # Real chunks: a recorder fed by a policy acting on random observations.
     rng = np.random.default_rng(0)
     model = algo.build_model()
