@@ -160,7 +160,7 @@ rises from minute 7-8 on. The runs so far:
 | 11-22 | 32    | 17.0k    | -20.24 -> -19.76             |
 | 11-23 | 32    | 11.9k    | -20.26 -> -20.34 (flat)      |
 | 11-23 | 32    | 11.5k    | -20.32 -> -20.02             |
-| 11-23 | 8     | 13.0k    | -20.84 -> -19.33 (-19.06 at the end)  |
+| 11-23 | 8     | 13.0k    | -20.17 -> -19.06             |
 | 11-23 | 8     | 12.9k    | -20.24 -> -19.44 (the table) |
 
 Variants of the batch-32 config did no better: learning rate 1e-3 went from
