@@ -658,13 +658,12 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
   }
   Py_buffer view;
   if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) != 0) return nullptr;
-  if (view.itemsize != 1 || total < 48 || total > static_cast<unsigned long long>(view.len)) {
+  auto* data = static_cast<uint8_t*>(view.buf);
+  if (view.itemsize != 1 || !zrl::stamp_header(data, static_cast<std::size_t>(view.len), seq, version, total)) {
     PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zd-byte frame of bytes", total, view.len);
     PyBuffer_Release(&view);
     return nullptr;
   }
-  auto* data = static_cast<uint8_t*>(view.buf);
-  zrl::stamp_header(data, seq, version, total);
   int err = zrl::send(*api, sock, data, total, zrl::kZmqDontWait);
   if (err == EAGAIN && wait) {
     Py_BEGIN_ALLOW_THREADS

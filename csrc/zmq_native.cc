@@ -18,10 +18,6 @@ bool sym(void* handle, const char* name, F* out) {
   return *out != nullptr;
 }
 
-void put_le64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
 }  // namespace
 
 const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, int patch, std::string* why) {
@@ -72,10 +68,12 @@ const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, in
   return found.back().second.get();
 }
 
-void stamp_header(uint8_t* frame, uint64_t seq, uint64_t policy_version, uint64_t total) {
-  put_le64(frame + wire::kSeqOffset, seq);
-  put_le64(frame + wire::kPolicyVersionOffset, policy_version);
-  put_le64(frame + wire::kTotalOffset, total);
+bool stamp_header(uint8_t* frame, std::size_t size, uint64_t seq, uint64_t policy_version, uint64_t total) {
+  if (total < wire::kHeaderSize || total > size) return false;
+  wire::store_le<uint64_t>(frame + wire::kSeqOffset, seq);
+  wire::store_le<uint64_t>(frame + wire::kPolicyVersionOffset, policy_version);
+  wire::store_le<uint64_t>(frame + wire::kTotalOffset, total);
+  return true;
 }
 
 int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int flags) {

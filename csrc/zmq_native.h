@@ -56,8 +56,10 @@ struct ZmqApi {
 };
 
 // The header fields that change from message to message (docs/PROTOCOL.md):
-// seq, policy_version and the frame's total length, little-endian.
-void stamp_header(uint8_t* frame, uint64_t seq, uint64_t policy_version, uint64_t total);
+// seq, policy_version and the frame's total length, little-endian, into the
+// first `total` of a buffer of `size` bytes; false (nothing written) unless
+// total covers a header and fits in the buffer.
+bool stamp_header(uint8_t* frame, std::size_t size, uint64_t seq, uint64_t policy_version, uint64_t total);
 
 // zmq_send(socket, data, n, flags); returns 0, or zmq_errno() of the failed send
 // (EAGAIN: ZMQ_DONTWAIT found the queue full). Call a blocking send without the GIL.

@@ -577,8 +577,6 @@ class Gate:
     C++ takes the burst from ZeroMQ and runs the FrameGate on it without the GIL.
     """
 
-    COPY_BELOW = 1 << 16  # `drain` copies smaller messages out of ZeroMQ (pyzmq's copy threshold)
-
     def __init__(self, max_bytes: int, allowed_kinds: frozenset[int], fast: bool = True):
         self.max_bytes = max_bytes
         self.allowed_kinds = allowed_kinds
@@ -594,9 +592,12 @@ class Gate:
         self._blocks: set[bytes] = set()
         self._native = None
         if self._fast is not None:
+            import zmq
+
             from zrl import transport
 
             self._native = transport.native()
+            self._copy_below = zmq.COPY_THRESHOLD  # `drain` copies smaller messages out of ZeroMQ, as Pusher sends them
 
     def set_trajectory_checks(self, schema: "Schema", check_values, value_bounds) -> None:
         """check_values(msg, bindings) raises WireError. value_bounds(bindings) gives {array:
@@ -643,7 +644,7 @@ class Gate:
                     break
             return [self._checked(f) for f in frames]
         try:
-            burst = native.drain(sock.underlying, self._fast, max_msgs, self.COPY_BELOW)
+            burst = native.drain(sock.underlying, self._fast, max_msgs, self._copy_below)
         except OSError as e:  # as pyzmq's recv would raise it
             from zrl.transport import zmq_error
 

@@ -7,20 +7,6 @@
 namespace zrl::wire {
 namespace {
 
-// Little-endian stores and loads, byte by byte: the frame's fields are not
-// aligned for their types, and this states the byte order explicitly.
-template <typename T>
-void store_le(uint8_t* p, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-}
-
-template <typename T>
-T load_le(const uint8_t* p) {
-  uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return static_cast<T>(v);
-}
-
 constexpr uint64_t align_up(uint64_t n) { return (n + kAlign - 1) & ~uint64_t{kAlign - 1}; }
 
 [[noreturn]] void reject(const char* reason, const std::string& detail) {

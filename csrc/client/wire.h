@@ -39,10 +39,25 @@ inline constexpr std::size_t kTotalOffset = 40;
 inline constexpr std::size_t kDescriptorSize = 80;
 inline constexpr std::size_t kAlign = 64;
 inline constexpr std::size_t kMaxDims = 6;
+
 inline constexpr std::size_t kMaxArrays = 64;
 inline constexpr std::size_t kNameBytes = 32;  // names are 1..31 bytes, NUL-padded
 // Replies to a client are small (an action); anything larger is hostile.
 inline constexpr std::size_t kDefaultMaxBytes = std::size_t{64} << 20;
+
+// Little-endian stores and loads, byte by byte: the frame's fields are not
+// aligned for their types, and this states the byte order explicitly.
+template <typename T>
+inline void store_le(uint8_t* p, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
+}
+
+template <typename T>
+inline T load_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return static_cast<T>(v);
+}
 
 enum class Kind : uint16_t {
   kHello = 1,

@@ -81,14 +81,18 @@ class ZmqNativeIo : public ::testing::Test {
 };
 
 TEST_F(ZmqNativeIo, StampedFramesComeOutOfADrainChecked) {
+  const std::vector<uint8_t> before = f.bytes;  // a length shorter than a header, or past the buffer: nothing written
+  EXPECT_FALSE(zrl::stamp_header(f.bytes.data(), f.bytes.size(), 1, 1, 47));
+  EXPECT_FALSE(zrl::stamp_header(f.bytes.data(), f.bytes.size(), 1, 1, f.bytes.size() + 1));
+  EXPECT_EQ(f.bytes, before);
   ASSERT_EQ(gate.add(f.block(), Frame::kAction, Frame::kEnd, {zrl::GateBound{Frame::kAction, 4, 8, 6}}), 0);
 
   for (uint64_t seq = 1; seq <= 3; ++seq) {
-    zrl::stamp_header(f.bytes.data(), seq, 10 + seq, Frame::kEnd);
+    ASSERT_TRUE(zrl::stamp_header(f.bytes.data(), f.bytes.size(), seq, 10 + seq, Frame::kEnd));
     ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), 0);
   }
   zrl::testing::put<int64_t>(f.bytes, Frame::kAction, 6);  // out of bounds: not vouched for
-  zrl::stamp_header(f.bytes.data(), 4, 14, Frame::kEnd);
+  ASSERT_TRUE(zrl::stamp_header(f.bytes.data(), f.bytes.size(), 4, 14, Frame::kEnd));
   ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), 0);
 
   std::vector<zrl::Drained> out;

@@ -353,9 +353,10 @@ class Actor:
 
         Each group's actions go to its emulator threads (step_async) as soon as
         the policy has them; then the actor waits for the next group (step_wait),
-        records its step and acts on it. With G > 1 groups the other G - 1 groups
-        keep the emulator busy while the policy runs, and the chunks go out only
-        after the group's next step is under way.
+        records its step (a full chunk goes out from there if the queue has room)
+        and acts on it. With G > 1 groups the other G - 1 groups keep the emulator
+        busy while the policy runs; a chunk that has to wait for room waits only
+        once the group's next step is under way.
         """
         G = len(envs)
         width = envs[0].num_envs
@@ -378,7 +379,7 @@ class Actor:
         while not self.stop.is_set():
             self.link.poll_weights()
             step = envs[g].step_wait()
-            frames = streams[g].observe(step)  # chunks that could not go out without waiting
+            frames = streams[g].observe(step)  # chunks that found the queue full
             envs[g].step_async(streams[g].act(step.obs))
             for frame in frames:
                 self.link.send(frame, drop=drop)

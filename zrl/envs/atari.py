@@ -121,8 +121,8 @@ def _yield_to_caller(new: set[int], expected: int, nice: int) -> list[int]:
     preemption) and leave it waiting for a core with the policy half done, while
     the other group runs out of work. As SCHED_BATCH threads, nice + the caller's
     nice, they never preempt on wake-up and take what the policy leaves: on 2
-    cores an actor -> sink ran 0.61-0.66 of the raw env without this and
-    0.69-0.75 with it (bench/README.md). Threads are told apart by appearing
+    cores a Pong actor -> sink went from a median 0.635 of the raw env to 0.700
+    (bench/README.md, pipeline). Threads are told apart by appearing
     during the constructor; if more or fewer than the `expected` workers appeared
     (another thread started meanwhile), nothing is changed. Returns the tids changed.
     """
