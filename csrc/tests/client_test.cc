@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -677,6 +678,12 @@ TEST(Client, CurveEncryptedSession) {
   const std::string dir = testing::TempDir();
   const std::string server_file = dir + "/zrl_client_test_server.key";
   const std::string client_file = dir + "/zrl_client_test_client.key_secret";
+  struct Remove {  // the key files go when the test ends, passed or not
+    std::vector<std::string> paths;
+    ~Remove() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  } remove_files{{server_file, client_file}};
   std::ofstream(server_file) << "#   ZeroMQ CURVE Public Certificate\n\nmetadata\ncurve\n    public-key = \""
                              << server_public << "\"\n";
   std::ofstream(client_file) << "#   ZeroMQ CURVE **Secret** Certificate\n\nmetadata\ncurve\n    public-key = \""
