@@ -146,30 +146,46 @@ does bf16 natively: `actor.precision` and `learner.precision` auto) for a few mi
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
 play scores about -20.5.
 
-**In 10 minutes on this CPU the curve starts to move, late and by little.**
-The learner is the bottleneck. Until 11-23 the config took the paper's
-batches of 32 x 20 steps; an update took 95-150 ms, depending on how busy
-the machine was, so a run got 2,800-4,000 updates (PPO and A2C take tens of
-thousands of gradient steps over the same frames), and the curve barely
-moved. Since the evening of 11-23 a batch is one chunk, 8 x 20 steps: 22 ms
-an update, 12,000 updates in a run over about as many frames, and the return
-rises from minute 7-8 on. The runs so far:
+**In 10 minutes on this CPU the return rises by 6-7 points, from minute 8
+on.** The learner is the bottleneck. Two settings, both in the config since
+11-23, took the curve there from flat:
 
-| date  | batch | frames/s | first minute -> tenth minute |
-| ----- | ----- | -------- | ---------------------------- |
-| 11-22 | 32    | 17.0k    | -20.24 -> -19.76             |
-| 11-23 | 32    | 11.9k    | -20.26 -> -20.34 (flat)      |
-| 11-23 | 32    | 11.5k    | -20.32 -> -20.02             |
-| 11-23 | 8     | 13.0k    | -20.17 -> -19.06             |
-| 11-23 | 8     | 12.9k    | -20.24 -> -19.44 (the table) |
+- **Batches of one chunk, 8 x 20 steps.** Until 11-23 the config took the
+  paper's 32 x 20; an update took 95-150 ms, depending on how busy the
+  machine was, so a run got 2,800-4,000 updates (PPO and A2C take tens of
+  thousands of gradient steps over the same frames). At 8 x 20 an update
+  takes 22 ms: about 12,000 updates in a run, over about as many frames.
+- **An entropy cost of 0.0006 (TorchBeast's) instead of the paper's 0.01.**
+  With batches of 32 this made no difference (the policy had had too few
+  updates for the bonus to matter); with batches of 8 it does.
 
-Variants of the batch-32 config did no better: learning rate 1e-3 went from
--20.4 to -20.2 in 10 minutes, and an entropy cost of 0.0006 (TorchBeast's)
-instead of 0.01 from -21.0 to -20.1 in 10 minutes (2.8k env steps/s), with
-the policy's entropy still 1.69 against the uniform policy's 1.79: it is not
-the entropy bonus that keeps the policy flat, it is how few updates it has
-had. (A 6-minute run with batches of 8 had gone from -20.5 to -20.1: the rise
-comes later.) Give it a GPU learner, or an hour, to see Pong learn."""),
+The runs so far (the last row is the table below):
+
+| date  | batch | entropy cost | other         | frames/s | first minute -> tenth minute |
+| ----- | ----- | ------------ | ------------- | -------- | ---------------------------- |
+| 11-22 | 32    | 0.01         |               | 17.0k    | -20.24 -> -19.76             |
+| 11-23 | 32    | 0.01         |               | 11.9k    | -20.26 -> -20.34 (flat)      |
+| 11-23 | 32    | 0.01         |               | 11.5k    | -20.32 -> -20.02             |
+| 11-23 | 32    | 0.01         | lr 1e-3       | -        | -20.4 -> -20.2               |
+| 11-23 | 32    | 0.0006       |               | 11.2k    | -21.0 -> -20.1               |
+| 11-23 | 8     | 0.01         |               | 13.0k    | -20.17 -> -19.06             |
+| 11-23 | 8     | 0.01         |               | 12.9k    | -20.24 -> -19.44             |
+| 11-23 | 8     | 0.0006       | unroll 40     | 14.0k    | -20.32 -> -20.13 (half the updates) |
+| 11-23 | 8     | 0.0006       | lr 1e-3       | 13.5k    | -20.47 -> -20.30             |
+| 11-24 | 4     | 0.0006       | 4 env groups  | 9.4k     | -20.37 -> -18.03 (the learner is slower per sample) |
+| 11-23 | 8     | 0.0006       |               | 13.9k    | -20.27 -> -14.75             |
+| 11-24 | 8     | 0.0006       |               | 13.7k    | -20.45 -> -13.73             |
+
+The rise starts late (minute 7-8) and is still steepening when the run
+stops, so single runs of a variant say little about small differences; the
+two runs of the shipped config agree.
+
+A 20-minute run of the shipped config (`zrl run --config
+configs/pong_impala.yaml --max-seconds 1200`, 11-24, 13.7k frames/s, 25,600
+updates) went on from there: -20.4 (minute 1), -17.2 (10), -7.4 (13),
+-4.5 (14), then -2 to -5 until minute 20 (-2.8 at the end, 16.4M frames).
+Pong is not learned in 20 minutes on a CPU learner (a learned game scores
++18 to +21); give it longer, or a GPU learner."""),
     ("soak", """## soak: resident memory over a long run
 
 A 10-minute `zrl run` of the default config with no return target; the
