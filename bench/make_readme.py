@@ -95,8 +95,11 @@ clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **Pong actor -> sink is below its 0.8 target on this machine: 0.64-0.73**
-(0.643 in the table, A/B medians 0.70-0.71; 0.51-0.71 before 2026-11-23's
-changes). On 2 cores the emulator alone keeps
+(0.726 in the table, A/B medians 0.70-0.71; 0.51-0.71 before 2026-11-23's
+changes). **With a core of its own for the policy it runs at the emulator's
+speed: 0.96** (the row "emulator on 1 core": every emulator thread pinned to
+one core, in the actor and in the raw env alike, so the other core is the
+policy's; 1.02 in two earlier runs). On 2 cores the emulator alone keeps
 both cores busy (raw: 263 µs of CPU per env step at 1.93 cores), so every µs
 the policy spends comes out of the emulator's share. Profile of one actor
 (8 envs per group, 2 groups, bf16 policy; `/proc` per-thread CPU): the

@@ -205,6 +205,28 @@ def test_emulator_threads_give_way_to_the_actor_thread(nice):
         assert all(os.sched_getscheduler(t) != os.SCHED_BATCH for t in tids if Path(f"/proc/self/task/{t}").exists())
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable cores")
+def test_bench_one_core_overrides_pin_every_emulator_thread_to_one_core():
+    # `zrl bench pipeline`'s "emulator on 1 core" row relies on this: one thread per env,
+    # pinned to the first usable core; the caller's affinity is left as it was.
+    from zrl.bench.pipeline import _config, one_core_overrides
+
+    mine = os.sched_getaffinity(0)
+    cfg = _config("Pong", one_core_overrides())
+    assert cfg.env.num_threads == 1
+    envs = [make_vector_env(cfg.env, 2, 2 * g) for g in range(2)]  # an actor's two env groups
+    try:
+        tids = [t for e in envs for t in e.emulator_threads]
+        assert len(tids) == 2
+        assert all(os.sched_getaffinity(t) == {min(mine)} for t in tids)
+        assert os.sched_getaffinity(0) == mine
+        envs[0].reset()
+        assert envs[0].step(np.array([0, 1])).obs.shape == (2, 4, 84, 84)
+    finally:
+        for e in envs:
+            e.close()
+
+
 def test_emulator_priority_is_left_alone_when_other_threads_start_meanwhile():
     from zrl.envs.atari import _yield_to_caller
 

@@ -7,7 +7,9 @@ Four measurements, each side by side with its reference in the same run:
 2. actor sink: one real actor process (`zrl actor`) stepping + batched CPU
    inference + building and sending chunks to a learner in sink mode, which
    answers the hello and receives and discards: env steps/s against the raw
-   env rate (target for Atari: at least 80%).
+   env rate (target for Atari: at least 80%). For Pong, again with every
+   emulator thread pinned to one core, in the actor and in the raw env, so
+   that the policy has a core of its own.
 3. zrl run: a learner and 1, 2, 4 actors training for a while; env steps/s
    (with the raw single-process env rate as the ceiling), the learner's
    samples/s, its share of time waiting for data, and policy lag, from the
@@ -65,6 +67,18 @@ def raw_env_rate(cfg, seconds: float) -> float:
         return steps / (time.perf_counter() - t0)
     finally:
         env.close()
+
+
+def one_core_overrides() -> tuple[str, ...] | None:
+    """Config overrides that put every emulator thread of a Pong actor (one per env group) on
+    one core, the first this process may use, leaving the others to the policy; None where
+    there is no second core. ale_py pins its threads from `thread_affinity_offset`."""
+    import os
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) < 2:
+        return None
+    return ("env.num_threads=1", f"env.kwargs={{thread_affinity_offset: {cores[0]}}}")
 
 
 def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
@@ -243,6 +257,18 @@ def run(opts: BenchOptions) -> BenchResult:
         result.add(measurement="raw env (steps/s)", env=name, n=cfg.actor.num_envs, zrl="", reference=raw, ratio="")
         sink = actor_sink_rate(name, cfg, secs)
         result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=sink / raw)
+        pin = one_core_overrides() if name == "Pong" else None
+        if pin is not None:
+            # The policy with a core of its own: the emulator on one core in both columns.
+            pinned_cfg = _config(name, pin)
+            try:
+                raw1 = raw_env_rate(pinned_cfg, secs)
+            except ValueError as e:  # not ale_py's vector env: nothing to pin
+                result.notes.append(f"No emulator-on-1-core row: {e}")
+            else:
+                sink1 = actor_sink_rate(name, pinned_cfg, secs, pin)
+                result.add(measurement="actor -> sink, emulator on 1 core (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink1,
+                           reference=raw1, ratio=sink1 / raw1)
         for actors in ([1, 2] if quick else [1, 2, 4]):
             perf = zrl_run_perf(name, actors, (6.0 if quick else 30.0) if name == "CartPole" else (10.0 if quick else 60.0))
             result.add(measurement="zrl run (env steps/s)", env=name, n=actors, zrl=perf["env_steps_per_s"], reference=raw,
@@ -255,6 +281,10 @@ def run(opts: BenchOptions) -> BenchResult:
         "the ceiling for everything below. Pong: 1 step = 4 emulator frames.",
         "actor -> sink: one `zrl actor` process (stepping, batched inference, chunks sent) against a learner that receives and "
         "discards; ratio = its steps/s over the raw env's (target >= 0.8 on Atari).",
+        "actor -> sink, emulator on 1 core (Pong): the same, with every emulator thread pinned to one core (env.num_threads 1, "
+        "ale_py's thread_affinity_offset) in both columns: the raw env's one thread, and the actor's one per env group. The "
+        "actor's policy has the other core to itself, as it would on a machine with cores to spare; on 2 cores the plain "
+        "row's policy takes CPU from the emulator.",
         "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
         "(n actors share the same 2 cores with the learner). wait_for_data = the learner's share of time waiting for a batch.",
         "learner update: median ms per update, zrl's path from wire messages (decode, checks, collate, loss with C++ V-trace, "
