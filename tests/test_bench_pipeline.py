@@ -1,5 +1,6 @@
-"""`zrl bench pipeline`'s plot, from rows shaped as the bench writes them, and its learner-overhead
-timing on a couple of updates (the bench itself runs real processes for minutes and is not run here)."""
+"""`zrl bench pipeline`'s plot, from rows shaped as the bench writes them, its learner-overhead
+timing on a couple of updates, and its actor -> sink measurement for half a second (the bench itself
+runs real processes for minutes and is not run here)."""
 from __future__ import annotations
 
 import importlib.util
@@ -33,3 +34,17 @@ def test_learner_overhead_times_both_paths_on_batches_of_whole_chunks(name, over
 
     zrl_s, plain_s = learner_overhead(name, _config(name, overrides), 2)
     assert 0 < plain_s and 0 < zrl_s
+
+
+@pytest.mark.timeout(120)
+def test_actor_sink_rate_measures_a_real_actor_and_leaves_no_temp_dir(tmp_path, monkeypatch):
+    # The sink's ipc endpoint lives in a temp dir of its own: the bench removes it when done.
+    import tempfile
+
+    from zrl.bench.pipeline import _config, actor_sink_rate
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    overrides = ["actor.num_envs=4"]
+    rate = actor_sink_rate("CartPole", _config("CartPole", overrides), 0.5, overrides)
+    assert rate > 0
+    assert list(tmp_path.iterdir()) == []

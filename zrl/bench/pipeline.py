@@ -26,6 +26,7 @@ step is frame_skip (4) emulator frames.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,7 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
         learner.request_stop()
         t.join(20)
         learner.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the ipc sockets' files
 
 
 def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
