@@ -212,7 +212,8 @@ def test_bench_one_core_overrides_pin_every_emulator_thread_to_one_core():
     from zrl.bench.pipeline import _config, one_core_overrides
 
     mine = os.sched_getaffinity(0)
-    cfg = _config("Pong", one_core_overrides())
+    assert one_core_overrides(_config("Pong", ["env.backend=gymnasium"])) is None  # nothing to pin there
+    cfg = _config("Pong", one_core_overrides(_config("Pong")))
     assert cfg.env.num_threads == 1
     envs = [make_vector_env(cfg.env, 2, 2 * g) for g in range(2)]  # an actor's two env groups
     try:
