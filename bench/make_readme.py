@@ -94,23 +94,25 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Pong actor -> sink is below its 0.8 target on this machine: 0.64-0.73**
-(0.726 in the table, A/B medians 0.70-0.71; 0.51-0.71 before 2026-11-23's
-changes). **With a core of its own for the policy it runs at the emulator's
-speed: 0.96** (the row "emulator on 1 core": every emulator thread pinned to
-one core, in the actor and in the raw env alike, so the other core is the
-policy's; 1.02 in two earlier runs). On 2 cores the emulator alone keeps
-both cores busy (raw: 263 µs of CPU per env step at 1.93 cores), so every µs
-the policy spends comes out of the emulator's share. Profile of one actor
-(8 envs per group, 2 groups, bf16 policy; `/proc` per-thread CPU): the
-emulator threads 266-286 µs of CPU per env step, the actor's thread 92-110
-µs, of which the policy (`act`) 83-93 µs, and the machine idle 0.2-0.3 core.
-The policy costs 60 µs per frame alone and 80-93 next to the emulator threads
-(cache contention); its first conv alone is 20 µs per frame in bf16 (18 in
-int8), near what one core does with library kernels. A stand-in loop that
-spins 60 µs per env step instead of acting reaches 0.77-0.80. So 0.8 would
-need the whole policy step under about 60 µs per frame *next to* the
-emulator, or a core of its own (more cores than emulator threads).
+**Pong actor -> sink is below its 0.8 target on this machine: 0.70-0.77**
+(0.746 in the table; A/B medians 0.71-0.77 on 11-24, 0.70-0.71 on 11-23,
+0.51-0.71 before). **With a core of its own for the policy it runs at the
+emulator's speed: 0.965** (the row "emulator on 1 core": every emulator
+thread pinned to one core, in the actor and in the raw env alike, so the
+other core is the policy's; 0.96-1.02 in earlier runs). On 2 cores the
+emulator alone keeps both cores busy (raw: 263 µs of CPU per env step at
+1.93 cores), so every µs the policy spends comes out of the emulator's
+share. Profile of one actor on 11-24 (8 envs per group, 2 groups, bf16
+policy in channels_last; `/proc` per-thread CPU): the emulator threads 240
+µs of CPU per env step, the actor's thread 70 µs, of which the policy
+(`act`) 60 µs, and the machine idle 0.13 core. The policy costs 44 µs per
+frame alone and 60 next to the emulator threads (cache contention); its
+convolutions and FC run at 150-300 GFLOP/s in bf16, near what one core does
+with library kernels. A stand-in loop that spins 60 µs per env step instead
+of acting reaches 0.77-0.80. At that profile's 310 µs of CPU per env step,
+0.8 of raw needs 1.9 cores busy (the actor keeps 1.83-1.87 busy), or about
+5% less CPU per step from the actor's thread and the emulator's together;
+or a core of its own for the policy (more cores than emulator threads).
 
 What moved it, each A/B in alternating runs:
 - The next group's actions go out as soon as they are computed: 3.5-4.1k to
@@ -128,10 +130,18 @@ What moved it, each A/B in alternating runs:
   0.04-0.06 ms. Two A/Bs of 4 alternating runs each: median 0.632 to 0.712
   (a first version) and 0.635 (0.58-0.67) to 0.700 (0.68-0.73) with the
   shipped code; nice 10 and SCHED_IDLE measured the same as nice 5.
+- **Channels-last convolutions with a C++ relayout of the frames** (11-24):
+  the policy's act() on 8 frames alone 51 to 44 µs per frame; actor -> sink
+  in an A/B of 3 alternating runs, median 0.746 without to 0.771 with (the
+  table's 0.746 is with it: the same figure by chance). PyTorch's own cast
+  and relayout cost ~12 µs per frame, which had eaten the gain when it was
+  tried before; zrl's kernel does both in one pass in ~3.7 µs. The learner
+  gains more: a Pong update on 8 x 20 steps 51 to 28 ms in fp32, 19-20 to
+  18-19 ms in bf16 (`learner_overhead`'s zrl step, 2 runs each).
 - Tried and not kept: more groups (24 envs in 3, 32 in 4) and wider ones
-  (32 in 2): 0.67-0.71, the same within noise; one emulator thread per
-  group: 0.65; channels-last convolutions: no faster once the input's
-  transpose is counted; TorchScript freezing: 10% off the forward pass, but
+  (32 in 2): 0.67-0.71, the same within noise (11-24, with channels-last:
+  24 in 3 0.756 against 0.762); one emulator thread per group: 0.65 (11-24:
+  0.653 against 0.706); TorchScript freezing: 10% off the forward pass, but
   it would have to be redone on every weights update."""),
     ("learning", """## learning: time to solve CartPole-v1
 
@@ -178,10 +188,13 @@ The runs so far (the last row is the table below):
 | 11-24 | 4     | 0.0006       | 4 env groups  | 9.4k     | -20.37 -> -18.03 (the learner is slower per sample) |
 | 11-23 | 8     | 0.0006       |               | 13.9k    | -20.27 -> -14.75             |
 | 11-24 | 8     | 0.0006       |               | 13.7k    | -20.45 -> -13.73             |
+| 11-24 | 8     | 0.0006       | channels_last CNNs | 16.1k | -20.48 -> -16.23             |
 
-The rise starts late (minute 7-8) and is still steepening when the run
+The rise starts late (minute 6-8) and is still steepening when the run
 stops, so single runs of a variant say little about small differences; the
-two runs of the shipped config agree.
+three runs of the shipped config end within 2.5 points of each other. The
+last, with the CNNs in channels_last (11-24), ran 18% more frames per second
+than the one before it.
 
 A 20-minute run of the shipped config (`zrl run --config
 configs/pong_impala.yaml --max-seconds 1200`, 11-24, 13.7k frames/s, 25,600

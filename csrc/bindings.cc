@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "pixels.h"
 #include "replay/replay.h"
 #include "vtrace.h"
 #include "wire_gate.h"
@@ -38,6 +39,45 @@ FloatArray as_float32(const py::handle& obj, const char* name, py::ssize_t ndim)
     throw py::value_error(std::string(name) + ": expected " + std::to_string(ndim) +
                           " dimensions, got " + std::to_string(arr.ndim()));
   return FloatArray::ensure(arr);
+}
+
+// uint8 [N, C, H, W] -> [N, H, W, C] float32 or bfloat16 (out: float32, or 2-byte ints holding
+// bf16 bits, as PyTorch's tensor.view(torch.int16).numpy() gives them).
+void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_obj) {
+  if (!py::isinstance<py::array>(src_obj) || !py::isinstance<py::array>(out_obj))
+    throw py::value_error("pixels_to_channels_last: src and out must be numpy arrays");
+  auto src = py::reinterpret_borrow<py::array>(src_obj);
+  auto out = py::reinterpret_borrow<py::array>(out_obj);
+  if (!src.dtype().is(py::dtype::of<std::uint8_t>()))
+    throw py::value_error("src: expected dtype uint8, got " + std::string(py::str(src.dtype())));
+  if (src.ndim() != 4 || out.ndim() != 4)
+    throw py::value_error("src and out: expected 4 dimensions ([N, C, H, W] and [N, H, W, C])");
+  const py::ssize_t n = src.shape(0), c = src.shape(1), h = src.shape(2), w = src.shape(3);
+  if (out.shape(0) != n || out.shape(1) != h || out.shape(2) != w || out.shape(3) != c)
+    throw py::value_error("out: expected shape (" + std::to_string(n) + ", " + std::to_string(h) +
+                          ", " + std::to_string(w) + ", " + std::to_string(c) + ") for src's [N, C, H, W]");
+  auto check_layout = [](const py::array& arr, const char* name) {
+    if (!(arr.flags() & py::array::c_style))
+      throw py::value_error(std::string(name) + ": expected a C-contiguous array");
+    if (!(arr.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+      throw py::value_error(std::string(name) + ": array is not aligned");
+  };
+  check_layout(src, "src");
+  check_layout(out, "out");
+  if (!out.writeable()) throw py::value_error("out: array is read-only");
+  const bool f32 = out.dtype().is(py::dtype::of<float>());
+  const bool bf16 = out.dtype().kind() == 'i' || out.dtype().kind() == 'u';
+  if (!f32 && !(bf16 && out.itemsize() == 2))
+    throw py::value_error("out: expected float32, or int16/uint16 holding bfloat16 bits; got " +
+                          std::string(py::str(out.dtype())));
+  const auto* s = static_cast<const std::uint8_t*>(src.data());
+  void* d = out.mutable_data();
+  py::gil_scoped_release release;
+  if (f32)
+    zrl::planes_to_channels_last(s, n, c, static_cast<std::size_t>(h * w), static_cast<float*>(d));
+  else
+    zrl::planes_to_channels_last_bf16(s, n, c, static_cast<std::size_t>(h * w),
+                                      static_cast<std::uint16_t*>(d));
 }
 
 py::tuple vtrace(const py::handle& log_rhos_obj, const py::handle& discounts_obj,
@@ -795,6 +835,10 @@ PYBIND11_MODULE(_core, m) {
         py::arg("clip_pg_rho_threshold"), py::arg("clip_c_threshold"), py::arg("lambda_"),
         "V-trace over time-major [T, B] float32 arrays; returns (vs, pg_advantages).\n"
         "Thresholds are > 0 (use inf for no clipping). Releases the GIL.");
+
+  m.def("pixels_to_channels_last", &pixels_to_channels_last, py::arg("src"), py::arg("out"),
+        "uint8 [N, C, H, W] -> out [N, H, W, C] (PyTorch's channels_last), cast to out's dtype: float32, "
+        "or int16/uint16 receiving bfloat16 bits. Both C-contiguous and not overlapping. Releases the GIL.");
 
   bind_replay(m);
   bind_gate(m);

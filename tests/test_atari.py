@@ -279,6 +279,45 @@ def test_cnn_scales_uint8_inside_the_model(torso, dtype):
     torch.testing.assert_close(got, want, **tol)
 
 
+@pytest.mark.parametrize("torso", [ImpalaShallow((4, 84, 84), 32), ImpalaDeep((4, 84, 84), (16, 32, 32), 32)], ids=["shallow", "deep"])
+def test_cnn_runs_channels_last_on_the_cpu_with_the_same_gradients(torso):
+    # uint8 frames enter in channels_last (zrl's C++ relayout) and the activations stay in it;
+    # features and gradients are those of the plain [N, C, H, W] path on frames scaled first.
+    seen = []
+    hook = torso.convs[-2 if isinstance(torso, ImpalaShallow) else 4].register_forward_hook(
+        lambda mod, inp, out: seen.append(inp[0].is_contiguous(memory_format=torch.channels_last)))
+    x = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    got = torso(x)
+    got.square().sum().backward()
+    grads = [p.grad.clone() for p in torso.parameters()]
+    torso.zero_grad()
+    hook.remove()
+    want = torso(x.float() / 255.0)
+    want.square().sum().backward()
+    assert seen == [True]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for (name, p), g in zip(torso.named_parameters(), grads):
+        # Compared as a whole: the two paths round differently, and where that breaks a
+        # max-pool's tie the gradient of a few elements goes to a neighbour instead.
+        assert float((g - p.grad).norm()) <= 1e-2 * float(p.grad.norm()), name
+
+
+def test_cnn_under_cpu_autocast_takes_bf16_frames_straight(monkeypatch):
+    # Under autocast the frames are cast to bf16 in the relayout itself, not to fp32 first.
+    from zrl.models import cnn
+
+    written = []
+    kernel = cnn._core.pixels_to_channels_last
+    monkeypatch.setattr(cnn._core, "pixels_to_channels_last", lambda src, out: (written.append(out.dtype), kernel(src, out)))
+    torso = ImpalaShallow((4, 84, 84), 32)
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = torso(x)
+        want = torso(x.float() / 255.0)
+    assert written == [np.int16]  # bf16 bits
+    torch.testing.assert_close(got.float(), want.float(), atol=0.05 * float(want.abs().max()), rtol=0.02)
+
+
 @pytest.mark.parametrize("network", ["impala_shallow", "impala_deep"])
 def test_actor_critic_with_a_cnn_shares_its_torso(network):
     model = build_actor_critic(ModelConfig(network=network, shared_torso=False), OBS, PONG_ACTIONS)

@@ -4,6 +4,9 @@ from typing import Any, Callable
 import numpy as np
 import numpy.typing as npt
 
+def pixels_to_channels_last(src: npt.NDArray[np.uint8], out: npt.NDArray[Any]) -> None:
+    """uint8 [N, C, H, W] -> out [N, H, W, C], cast to out's dtype (float32, or int16/uint16 receiving bfloat16 bits)."""
+
 def vtrace(
     log_rhos: npt.NDArray[np.float32],
     discounts: npt.NDArray[np.float32],

@@ -11,6 +11,15 @@ weights) to features [N, cnn_hidden]:
 
 Weights are orthogonal with gain sqrt(2) (ReLU) and biases zero, as in the
 MLP torso. Actor-critic models share one CNN torso between policy and value.
+
+On the CPU, uint8 frames enter the first conv in PyTorch's channels_last memory
+format ([N, H, W, C] in memory; see `conv_input`), and every later activation
+stays in it, which oneDNN's convolutions run faster. Measured on 2 cores (Pong,
+shallow CNN unless said): a bf16 actor's act() on 8 frames 51 -> 44 us per frame
+(the deep ResNet's 1,710 -> 457); a learner update on 8 x 20 steps 51 -> 28 ms
+in fp32 and 19-20 -> 18-19 ms in bf16 (the deep ResNet's bf16 update 490-500 ->
+256-260 ms). The parameters keep their usual layout (they are views of one flat
+buffer, flatten_parameters); a convolution follows its input's format.
 """
 from __future__ import annotations
 
@@ -20,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from zrl import spaces
+from zrl import _core, spaces
 from zrl.config import ModelConfig
 from zrl.models import preprocess
 
@@ -31,6 +40,33 @@ def _init(layer: nn.Module) -> nn.Module:
     nn.init.orthogonal_(layer.weight, math.sqrt(2))
     nn.init.zeros_(layer.bias)
     return layer
+
+
+def conv_input(obs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """uint8 images [N, C, H, W] as `dtype` pixel values 0..255, for the first conv.
+
+    On the CPU, for float32 and bfloat16, the result is in channels_last memory
+    format, cast and relaid out in one pass by zrl's C++ kernel (~3-4 us per
+    84x84x4 frame, against ~12 us for PyTorch's cast then relayout); the values
+    are the same as obs.to(dtype), exactly. Elsewhere (a GPU learner, other
+    dtypes) it is obs.to(dtype). The kernel works on the tensors' memory through
+    numpy, so torch.jit.trace and torch.compile cannot see into it (zrl uses
+    neither).
+    """
+    if obs.dtype != torch.uint8 or obs.device.type != "cpu" or obs.dim() != 4 or dtype not in (torch.float32, torch.bfloat16):
+        return obs.to(dtype)
+    n, c, h, w = obs.shape
+    out = torch.empty((n, h, w, c), dtype=dtype, device=obs.device)
+    _core.pixels_to_channels_last(obs.contiguous().numpy(), out.view(torch.int16).numpy() if dtype == torch.bfloat16 else out.numpy())
+    return out.permute(0, 3, 1, 2)
+
+
+def _input_dtype(obs: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype the first conv computes in: autocast's where it is on for obs's device, else the weights'."""
+    kind = obs.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return weight.dtype
 
 
 def _image_shape(obs_spec: spaces.Spec, network: str) -> tuple[int, int, int]:
@@ -60,7 +96,7 @@ class _Torso(nn.Module):
         # uint8 frames: conv(x / 255, W) = conv(x, W / 255), so the 1/255 goes on the first
         # conv's few weights instead of every pixel (a bf16 actor's forward pass: 10% less
         # time). Pixel values 0..255 are exact in bf16; zero padding is zero either way.
-        x = F.conv2d(obs.to(first.weight.dtype), first.weight * (1.0 / 255.0), first.bias, first.stride,
+        x = F.conv2d(conv_input(obs, _input_dtype(obs, first.weight)), first.weight * (1.0 / 255.0), first.bias, first.stride,
                      first.padding, first.dilation, first.groups)
         for layer in layers:
             x = layer(x)
