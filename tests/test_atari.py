@@ -213,6 +213,7 @@ def test_bench_one_core_overrides_pin_every_emulator_thread_to_one_core():
 
     mine = os.sched_getaffinity(0)
     assert one_core_overrides(_config("Pong", ["env.backend=gymnasium"])) is None  # nothing to pin there
+    assert one_core_overrides(_config("CartPole")) is None  # nor in a gymnasium env that is not Atari
     cfg = _config("Pong", one_core_overrides(_config("Pong")))
     assert cfg.env.num_threads == 1
     envs = [make_vector_env(cfg.env, 2, 2 * g) for g in range(2)]  # an actor's two env groups

@@ -76,8 +76,10 @@ def one_core_overrides(cfg) -> tuple[str, ...] | None:
     one core, the first this process may use, leaving the others to the policy; None where
     there is no second core, or the env is not ale_py's vector env (which pins its threads
     from `thread_affinity_offset`)."""
+    from zrl.envs.atari import uses_ale_vector
+
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cores) < 2 or cfg.env.backend == "gymnasium":
+    if len(cores) < 2 or not uses_ale_vector(cfg.env):
         return None
     return ("env.num_threads=1", f"env.kwargs={{thread_affinity_offset: {cores[0]}}}")
 
@@ -259,7 +261,7 @@ def run(opts: BenchOptions) -> BenchResult:
         result.add(measurement="raw env (steps/s)", env=name, n=cfg.actor.num_envs, zrl="", reference=raw, ratio="")
         sink = actor_sink_rate(name, cfg, secs)
         result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=sink / raw)
-        pin = one_core_overrides(cfg) if name == "Pong" else None
+        pin = one_core_overrides(cfg)
         if pin is not None:
             # The policy with a core of its own: the emulator on one core in both columns.
             pinned_cfg = _config(name, pin)

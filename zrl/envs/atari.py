@@ -48,7 +48,7 @@ from zrl.envs import GymnasiumVectorEnv, Step, VectorEnv
 
 log = logging.getLogger("zrl.envs")
 
-__all__ = ["AleVectorEnv", "GymAtariVectorEnv", "is_atari", "rom_name", "make_atari_env"]
+__all__ = ["AleVectorEnv", "GymAtariVectorEnv", "is_atari", "rom_name", "make_atari_env", "uses_ale_vector"]
 
 # Accepted spellings: "ALE/Pong-v5", "PongNoFrameskip-v4", "Pong-v4",
 # "PongDeterministic-v4", "Pong", "pong", "ALE/MsPacman-v5", "ms_pacman".
@@ -352,8 +352,13 @@ class DeepMindAtari(gym.Wrapper):
         return self._resize(pooled), reward, terminated, truncated and not terminated, info
 
 
+def uses_ale_vector(cfg: EnvConfig) -> bool:
+    """Whether make_vector_env gives ale_py's AtariVectorEnv for cfg: an Atari id, backend auto or ale_vector."""
+    return is_atari(cfg.id) and cfg.backend != "gymnasium"
+
+
 def make_atari_env(cfg: EnvConfig, num_envs: int, seed: int) -> VectorEnv:
     """The Atari backend that cfg.backend names (auto: ale_vector)."""
-    if cfg.backend == "gymnasium":
-        return GymAtariVectorEnv(cfg, num_envs, seed)
-    return AleVectorEnv(cfg, num_envs, seed)
+    if uses_ale_vector(cfg):
+        return AleVectorEnv(cfg, num_envs, seed)
+    return GymAtariVectorEnv(cfg, num_envs, seed)
