@@ -68,13 +68,17 @@ class), the default config's T=20 x K=32, and an Atari chunk of 20
 observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
-**The 2 KB chunk is below target: 0.70-0.89 over six runs.** It was
-0.60-0.70 with the sender and receive loop in Python, and 0.30-0.42 before
-the C++ gate. What remains is Python per message: about 0.8 us on the
-sender (a fresh frame, the bootstrap row, the Sender and Pusher calls) and
-0.3 us on the receiver, over raw's bare send and recv. On 2 cores that
-extra CPU per message is the gap. The 23 KB and Atari chunks sit at 0.7-1.3
-with this machine's noise. Details: [TRANSPORT.md](TRANSPORT.md)."""),
+**Not every row reaches 0.9 on this machine.** Over four runs after the
+last change (2026-11-24), the 2 KB chunk was at 0.80-0.95 over tcp and
+0.80-1.05 over ipc, the 23 KB one at 0.96-1.09 over tcp and 0.83-0.86 over
+ipc, the Atari chunk at 0.71-0.87 over tcp and 1.35-1.39 over ipc. (2 KB
+was at 0.30-0.42 before the C++ gate.) What remains is Python per message:
+the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
+before the cached `Layout.cut`), and the receiver's poll and drain call
+cost ~3 us per burst, which is per message when bursts hold one (the 23 KB
+ipc row). On 2 cores that extra CPU is the gap. The Atari chunk's split
+(below raw over tcp, above it over ipc) holds in every run and is not
+explained yet. Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 
 C++ clients (`client_bench`, one process each) against `zrl serve` doing

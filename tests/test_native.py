@@ -109,7 +109,8 @@ def recorder_frames(cfg, n: int, push_link=None):
     return out
 
 
-@pytest.mark.parametrize("K", [2, 1200])  # a 1 KB chunk (C++ send) and a 120 KB one (pyzmq zero-copy)
+# A 1 KB chunk and a ~20 KB one (both sent by C++ as copies), a 120 KB one (pyzmq zero-copy).
+@pytest.mark.parametrize("K", [2, 200, 1200])
 @pytest.mark.parametrize("native", [True, False])
 def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
     if not native:
@@ -126,8 +127,10 @@ def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
     reference = impala_gate(False, cfg, cap=1 << 24)
     assert [summary(c) for c in got] == [outcome(reference, f) for f in expected]
     assert all(c[0] == "ok" for c in map(summary, got)) and len({c[0].seq for c in got}) == len(expected)
-    if native and K == 1200:  # large messages come out of ZeroMQ uncopied, and stay valid
-        assert all(isinstance(c[0]._buf, memoryview) for c in got)
+    if native:  # messages from wire.RECV_COPY_BELOW up come out of ZeroMQ uncopied, and stay valid
+        large = K > 2
+        assert all(isinstance(c[0]._buf, memoryview if large else bytes) for c in got)
+        assert all((c[0].nbytes >= wire.RECV_COPY_BELOW) == large for c in got)
         del got
         assert pull.poll(0) == 0
 

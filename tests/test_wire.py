@@ -77,6 +77,32 @@ def test_layout_fills_in_place_and_cuts_variable_rows():
         layout.allocate().finish(sender_id=0, seq=0, policy_version=0, rows={"tial": 1})
 
 
+def test_a_cut_sends_what_its_rows_send_and_is_kept():
+    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.float32, (3, 2)), ("idx", np.int32, (4,)), ("tail", np.float32, (4, 2))])
+    cut = layout.cut({"idx": 2, "tail": 1})
+    assert layout.cut({"idx": 2, "tail": 1}) is cut  # cached: a sender keeps a few and reuses them
+    assert layout.cut() is layout.cut({})  # nothing cut: every array whole
+    frames = []
+    for rows in (cut, {"idx": 2, "tail": 1}):
+        out = layout.allocate()
+        out.arrays["idx"][:2] = [7, 8]
+        out.arrays["tail"][:1] = [[1, 2]]
+        frames.append(bytes(out.finish(sender_id=3, seq=5, policy_version=2, rows=rows)))
+        assert out.seal(3, rows) == cut.total == len(frames[-1])
+    assert frames[0] == frames[1]
+    msg = wire.decode(frames[0])
+    assert msg.arrays["idx"].tolist() == [7, 8] and msg.arrays["tail"].shape == (1, 2)
+    other = wire.Layout(Kind.TRAJECTORY, [("obs", np.float32, (3, 2)), ("idx", np.int32, (4,)), ("tail", np.float32, (4, 2))])
+    with pytest.raises(ValueError, match="another Layout"):
+        other.allocate().seal(0, cut)
+    with pytest.raises(ValueError, match="capacity"):
+        layout.cut({"idx": 5})
+    with pytest.raises(ValueError, match="capacity"):
+        layout.cut({"idx": -1})
+    with pytest.raises(ValueError, match="not an array"):
+        layout.cut({"nope": 0})
+
+
 def test_a_reused_frame_cut_to_other_rows_gets_their_descriptors():
     layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.float32, (3, 2)), ("idx", np.int32, (4,))])
     for seq, rows in enumerate([2, 0, 4, 2, 2], 1):

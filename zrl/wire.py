@@ -45,6 +45,11 @@ ALIGN = 64
 MAX_DIMS = 6
 MAX_ARRAYS = 64
 NAME_BYTES = 32
+# Gate.drain copies a smaller message out of ZeroMQ into bytes and hands a larger one
+# over as a view of ZeroMQ's own memory. A copy costs ~0.04 us per KB and a view ~0.2 us
+# more than a small copy, so they break even at ~9 KB (measured on a 2-core EPYC; at
+# 23 KB the view is 0.5 us cheaper). bench/TRANSPORT.md has the figures.
+RECV_COPY_BELOW = 8 << 10
 REUSE_BYTES = 32 << 20  # a Layout tracks this many bytes of finished frames for reuse (2 to 64 frames)
 assert HEADER_SIZE == 48 and DESCRIPTOR_SIZE == 80
 
@@ -204,8 +209,8 @@ class Layout:
         # Packed descriptors and the end of the last array, per list of shapes:
         # a sender that cuts the same rows again packs nothing.
         self._blocks: dict[tuple, tuple[bytes, int]] = {}
-        # OutMessage.finish: the rows a sender cuts (a tuple of its `rows` items) -> (block, frame length).
-        self._rows_blocks: dict[tuple, tuple[bytes, int]] = {}
+        # `cut`: the rows a sender cuts (a tuple of its `rows` items) -> Cut.
+        self._cuts: dict[tuple, Cut] = {}
         self._kind = int(self.kind)
         self._n = len(specs)
         # Finished frames, oldest first (the order ZeroMQ sends and releases them):
@@ -229,19 +234,26 @@ class Layout:
             hit = self._blocks[shapes] = (bytes(block), end)
         return hit
 
-    def _rows_block(self, rows: Mapping[str, int], msg: "OutMessage") -> tuple[bytes, int]:
-        """The packed descriptors and the frame length for `rows` (cached; see OutMessage.finish)."""
-        for n, r in rows.items():
-            if n not in msg.arrays:
+    def cut(self, rows: Mapping[str, int] | None = None) -> "Cut":
+        """The frame that sends `rows` rows of each variable array named (the others whole):
+        its packed descriptors and length, for `OutMessage.seal` / `finish`. Cached; a
+        sender that sends the same few cuts again and again keeps them (ImpalaRecorder)."""
+        key = tuple(rows.items()) if rows else ()
+        hit = self._cuts.get(key)
+        if hit is not None:
+            return hit
+        for n, r in key:
+            if n not in self.names:
                 raise ValueError(f"rows names {n!r}, which is not an array of this layout ({self.names})")
-            if not 0 <= r <= msg.arrays[n].shape[0]:
-                raise ValueError(f"{n}: {r} rows exceed the layout's capacity {msg.arrays[n].shape[0]}")
+            cap = self.shapes[self.names.index(n)]
+            if not cap or not 0 <= r <= cap[0]:
+                raise ValueError(f"{n}: {r} rows exceed the layout's capacity {cap[0] if cap else 0}")
+        rows = dict(key)
         shapes = tuple((rows[n], *s[1:]) if n in rows else s for n, s in zip(self.names, self.shapes))
         block, end = self._block(shapes)
-        hit = (block, max(self.meta_offset, end))
-        if len(self._rows_blocks) >= 256:
-            self._rows_blocks.clear()
-        self._rows_blocks[tuple(rows.items())] = hit
+        if len(self._cuts) >= 256:
+            self._cuts.clear()
+        hit = self._cuts[key] = Cut(self, block, max(self.meta_offset, end))
         return hit
 
     def write_header(self, buf, *, sender_id: int, seq: int, policy_version: int, meta: bytes = b"", shapes=None) -> int:
@@ -292,6 +304,17 @@ class Layout:
         return m
 
 
+class Cut:
+    """The rows of each variable array a frame sends, as `Layout.cut` packed them."""
+
+    __slots__ = ("layout", "block", "total")
+
+    def __init__(self, layout: Layout, block: bytes, total: int):
+        self.layout = layout
+        self.block = block  # the packed descriptors
+        self.total = total  # the frame's length
+
+
 class OutMessage:
     """A frame being filled in place; see `Layout`."""
 
@@ -312,32 +335,35 @@ class OutMessage:
         # sending, a caller's array) holds a reference to it: none left means unused.
         return sys.getrefcount(self.buffer) == self._idle_refs
 
-    def seal(self, sender_id: int, rows: Mapping[str, int] | None = None) -> int:
+    def seal(self, sender_id: int, rows: "Cut | Mapping[str, int] | None" = None) -> int:
         """`finish` but for the header's per-message fields (seq, policy_version, total),
         which the caller writes: transport.Pusher has C++ stamp them as it sends.
+        `rows` is a mapping as for `finish`, or a `Layout.cut` of this message's layout.
         Returns the frame's length."""
         layout = self.layout
-        key = tuple(rows.items()) if rows else ()
-        hit = layout._rows_blocks.get(key)
-        if hit is None:
-            hit = layout._rows_block(rows or {}, self)
-        block, total = hit
+        if rows.__class__ is Cut:
+            cut = rows
+            if cut.layout is not layout:
+                raise ValueError("rows is a Cut of another Layout: cut this message's layout")
+        else:
+            cut = layout.cut(rows)
+        block = cut.block
         if self._block is not block or self._sender_id != sender_id:
             # A reused frame cut to the same rows for the same sender keeps its descriptors
             # and its header (but for seq, policy_version and total, written per message).
             buf = self.buffer
             if block:
                 memoryview(buf)[HEADER_SIZE : HEADER_SIZE + len(block)] = block
-            HEADER.pack_into(buf, 0, MAGIC, PROTOCOL_VERSION, layout._kind, sender_id, layout._n, 0, 0, 0, 0, total)
+            HEADER.pack_into(buf, 0, MAGIC, PROTOCOL_VERSION, layout._kind, sender_id, layout._n, 0, 0, 0, 0, cut.total)
             self._block = block
             self._sender_id = sender_id
         if not self._done:
             self._done = True
             layout._finished.append(self)
-        self._total = total
-        return total
+        self._total = cut.total
+        return cut.total
 
-    def finish(self, *, sender_id: int, seq: int, policy_version: int, rows: Mapping[str, int] | None = None) -> memoryview:
+    def finish(self, *, sender_id: int, seq: int, policy_version: int, rows: "Cut | Mapping[str, int] | None" = None) -> memoryview:
         """Writes the header; `rows` gives the used leading dimension of variable arrays. Returns the frame.
 
         The frame is a view of this message's buffer: write no more into this
@@ -592,12 +618,9 @@ class Gate:
         self._blocks: set[bytes] = set()
         self._native = None
         if self._fast is not None:
-            import zmq
-
             from zrl import transport
 
             self._native = transport.native()
-            self._copy_below = zmq.COPY_THRESHOLD  # `drain` copies smaller messages out of ZeroMQ, as Pusher sends them
 
     def set_trajectory_checks(self, schema: "Schema", check_values, value_bounds) -> None:
         """check_values(msg, bindings) raises WireError. value_bounds(bindings) gives {array:
@@ -644,7 +667,7 @@ class Gate:
                     break
             return [self._checked(f) for f in frames]
         try:
-            burst = native.drain(sock.underlying, self._fast, max_msgs, self._copy_below)
+            burst = native.drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW)
         except OSError as e:  # as pyzmq's recv would raise it
             from zrl.transport import zmq_error
 

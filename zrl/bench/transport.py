@@ -253,7 +253,7 @@ def _sender_main(conn) -> None:
                 send(payload, copy=copy)
             return
         layout, sender, obs, pusher = state["layout"], state["sender"], state["bootstrap_obs"], state["pusher"]
-        rows = {"final_index": 0, "final_obs": 0}
+        rows = layout.cut({"final_index": 0, "final_obs": 0})  # as the recorder keeps its cuts
         for _ in range(n):
             # What the IMPALA recorder does at a chunk boundary: a fresh frame (the
             # last one may still belong to ZeroMQ), the bootstrap observation, and the
