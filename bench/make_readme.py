@@ -146,7 +146,11 @@ What moved it, each A/B in alternating runs:
   (32 in 2): 0.67-0.71, the same within noise (11-24, with channels-last:
   24 in 3 0.756 against 0.762); one emulator thread per group: 0.65 (11-24:
   0.653 against 0.706); TorchScript freezing: 10% off the forward pass, but
-  it would have to be redone on every weights update."""),
+  it would have to be redone on every weights update; oneDNN-prepacked
+  weights with the ReLUs fused (PyTorch's private `mkldnn` ops): act() on
+  8 frames alone 48.5 to 41 µs per frame, but actor -> sink in an A/B of 5
+  alternating runs (11-24) median 0.765 without, 0.746 with (paired mean
+  +0.008), so not worth private ops and a repack on every weights update."""),
     ("learning", """## learning: time to solve CartPole-v1
 
 Wall time from the command's start (process start-up included) and env steps

@@ -110,8 +110,8 @@ class ImpalaRecorder(Recorder):
         ]
         self.recurrent = algo.config.model.lstm_size > 0
         self.layout = wire.Layout(wire.Kind.TRAJECTORY, self.fields)
-        # The frame for m truncated episodes (m final observations), m = 0..K.
-        self.cuts = [self.layout.cut({"final_index": m, "final_obs": m}) for m in range(K + 1)]
+        # The frame for m truncated episodes (m final observations), m = 0..K, made when first needed.
+        self.cuts: list[wire.Cut | None] = [None] * (K + 1)
         self.msg = self.layout.allocate()
         self.t = 0
         self.finals: list[tuple[int, np.ndarray]] = []
@@ -155,7 +155,10 @@ class ImpalaRecorder(Recorder):
             for i, (idx, o) in enumerate(self.finals):
                 a["final_index"][i] = idx
                 a["final_obs"][i] = o
-            return self.sender.finish(self.msg, self.chunk_version, rows=self.cuts[m])
+            cut = self.cuts[m]
+            if cut is None:
+                cut = self.cuts[m] = self.layout.cut({"final_index": m, "final_obs": m})
+            return self.sender.finish(self.msg, self.chunk_version, rows=cut)
         # More truncations than the in-place capacity (very short episodes): copy once.
         arrays = {name: self.msg.arrays[name] for name, _, _ in self.fields[:-2]}
         arrays["final_index"] = np.array([i for i, _ in self.finals], np.int32)
