@@ -77,8 +77,9 @@ the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
 before the cached `Layout.cut`), and the receiver's poll and drain call
 cost ~3 us per burst, which is per message when bursts hold one (the 23 KB
 ipc row). On 2 cores that extra CPU is the gap. The Atari chunk's split
-(below raw over tcp, above it over ipc) holds in every run and is not
-explained yet. Details: [TRANSPORT.md](TRANSPORT.md)."""),
+(below raw over tcp, above it over ipc) holds in every run. It comes from
+the sender, whose kernel time per message differs: zrl sends from a pool of
+frames in flight, while raw resends one cache-hot buffer. Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 
 C++ clients (`client_bench`, one process each) against `zrl serve` doing
