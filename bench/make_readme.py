@@ -74,9 +74,9 @@ last change (2026-11-24), the 2 KB chunk was at 0.80-0.95 over tcp and
 ipc, the Atari chunk at 0.71-0.87 over tcp and 1.35-1.39 over ipc. (2 KB
 was at 0.30-0.42 before the C++ gate.) What remains is Python per message:
 the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
-before the cached `Layout.cut`), and the receiver's poll and drain call
-cost ~3 us per burst, which is per message when bursts hold one (the 23 KB
-ipc row). On 2 cores that extra CPU is the gap. The Atari chunk's split
+before the cached `Layout.cut`), and the receiver's per-burst poll and
+drain call (~3 us) fall on every message when bursts hold one (the 23 KB
+ipc row, where the receiver is the side that differs). On 2 cores that extra CPU is the gap. The Atari chunk's split
 (below raw over tcp, above it over ipc) holds in every run. It comes from
 the sender, whose kernel time per message differs: zrl sends from a pool of
 frames in flight, while raw resends one cache-hot buffer. Details: [TRANSPORT.md](TRANSPORT.md)."""),
