@@ -149,6 +149,7 @@ class Pusher:
         """Sends `msg` (a wire.OutMessage) now: None if it went, else its finished frame for
         the caller to send later (the queue stayed full: `wait` is False, or the socket's
         SNDTIMEO ran out). Raises zmq.ZMQError for any other failure, as pyzmq would.
+        `rows` is as for OutMessage.seal: a wire.Cut of msg's layout, a mapping, or None.
         (The actor's per-chunk path: kept flat.)"""
         if msg.layout.capacity < self.native_below and not self.sock.closed:  # (a closed socket's address dangles)
             err = self._send_frame(self.address, msg.buffer, msg.seal(sender_id, rows), seq, policy_version, wait)

@@ -158,7 +158,7 @@ class Sender:
         self.seq = 0
         self.link = link
 
-    def finish(self, msg: wire.OutMessage, policy_version: int, rows: dict[str, int] | None = None):
+    def finish(self, msg: wire.OutMessage, policy_version: int, rows: "wire.Cut | dict[str, int] | None" = None):
         self.seq += 1
         if self.link is not None:
             return self.link.pusher.send(msg, self.sender_id, self.seq, policy_version, rows)
