@@ -99,16 +99,18 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Pong actor -> sink is below its 0.8 target on this machine: 0.70-0.77**
-(0.746 in the table; A/B medians 0.71-0.77 on 11-24, 0.70-0.71 on 11-23,
-0.51-0.71 before). **With a core of its own for the policy it runs at the
-emulator's speed: 0.965** (the row "emulator on 1 core": every emulator
+**Pong actor -> sink is at its 0.8 target in the table (0.84) but not
+reliably: 0.77-0.79 in alternating A/B runs** (11-24, after the int8 first
+conv and the C++ draw below; the table's run had a slow raw env, 7,186 steps/s
+against 7,400-7,800 in the A/B runs; 0.70-0.77 before them). **With a core of
+its own for the policy it runs at the
+emulator's speed: 0.962** (the row "emulator on 1 core": every emulator
 thread pinned to one core, in the actor and in the raw env alike, so the
 other core is the policy's; 0.96-1.02 in earlier runs). On 2 cores the
 emulator alone keeps both cores busy (raw: 263 µs of CPU per env step at
 1.93 cores), so every µs the policy spends comes out of the emulator's
-share. Profile of one actor on 11-24 (8 envs per group, 2 groups, bf16
-policy in channels_last; `/proc` per-thread CPU): the emulator threads 240
+share. Profile of one actor on 11-24, before the int8 first conv (8 envs
+per group, 2 groups, bf16 policy in channels_last; `/proc` per-thread CPU): the emulator threads 240
 µs of CPU per env step, the actor's thread 70 µs, of which the policy
 (`act`) 60 µs, and the machine idle 0.13 core. The policy costs 44 µs per
 frame alone and 60 next to the emulator threads (cache contention); its
@@ -137,12 +139,31 @@ What moved it, each A/B in alternating runs:
   shipped code; nice 10 and SCHED_IDLE measured the same as nice 5.
 - **Channels-last convolutions with a C++ relayout of the frames** (11-24):
   the policy's act() on 8 frames alone 51 to 44 µs per frame; actor -> sink
-  in an A/B of 3 alternating runs, median 0.746 without to 0.771 with (the
-  table's 0.746 is with it: the same figure by chance). PyTorch's own cast
+  in an A/B of 3 alternating runs, median 0.746 without to 0.771 with (that
+  day's table, 0.746, was with it: the same figure by chance). PyTorch's own cast
   and relayout cost ~12 µs per frame, which had eaten the gain when it was
   tried before; zrl's kernel does both in one pass in ~3.7 µs. The learner
   gains more: a Pong update on 8 x 20 steps 51 to 28 ms in fp32, 19-20 to
   18-19 ms in bf16 (`learner_overhead`'s zrl step, 2 runs each).
+- **The first conv in int8 on the uint8 pixels** (`actor.int8_first_conv:
+  auto`, 11-24): oneDNN's int8 convolution (AVX-512 VNNI here) takes the
+  frames as uint8, relaid out by a C++ kernel (3.6 µs for 8 frames, against
+  32 µs for the bf16 cast-and-relayout), with int8 weights per output channel
+  and the ReLU fused: act() on 8 frames alone 333 to 275 µs. Actor -> sink in
+  an A/B of 6 alternating pairs (the C++ draw in both): median 0.756
+  (0.731-0.803) without, 0.781 (0.770-0.785) with, paired mean +0.023.
+- **Categorical actions drawn in C++** (11-24): inverse CDF at a uniform from
+  torch's generator, and the log-probability with it, in one pass, instead of
+  multinomial, log_softmax and gather (25-30 µs per call in ops and checks);
+  with the 256 -> 6 head layer in fp32 (oneDNN's bf16 one takes 15 µs on 8
+  rows, fp32 2.5 µs): act() on 8 frames 376 to 333 µs. Not A/B'd alone.
+- Tried and not kept (11-24): int8 for the second conv and the FC too, with
+  the activations quantized per call. oneDNN's int8 kernels are faster (conv2
+  30 against 54 µs, FC 33 against 61), but quantizing the activations costs
+  19 µs (conv2's input, 51k values, a C++ pass compiled for SSE2) or ~20 µs
+  in PyTorch ops, leaving ~6 µs per frame for a per-call scale that rounds
+  small activations coarsely; PyTorch's fbgemm dynamic quantization goes
+  through its deprecated quantized tensors.
 - Tried and not kept: more groups (24 envs in 3, 32 in 4) and wider ones
   (32 in 2): 0.67-0.71, the same within noise (11-24, with channels-last:
   24 in 3 0.756 against 0.762); one emulator thread per group: 0.65 (11-24:
@@ -163,13 +184,14 @@ including start-up."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
 `configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups
-acting with bf16 weights, CPU learner with bf16 forward passes where the CPU
+acting with bf16 weights and an int8 first conv, CPU learner with bf16 forward passes where the CPU
 does bf16 natively: `actor.precision` and `learner.precision` auto) for a few minutes: the mean episode return (game score,
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
 play scores about -20.5.
 
-**In 10 minutes on this CPU the return rises by 6-7 points, from minute 8
-on.** The learner is the bottleneck. Two settings, both in the config since
+**In 10 minutes on this CPU the return rises by 4-13 points, from minute
+6-8 on** (the four runs of the shipped config below; the last: -20.4 to
+-7.0). The learner is the bottleneck. Two settings, both in the config since
 11-23, took the curve there from flat:
 
 - **Batches of one chunk, 8 x 20 steps.** Until 11-23 the config took the
@@ -198,12 +220,17 @@ The runs so far (the last row is the table below):
 | 11-23 | 8     | 0.0006       |               | 13.9k    | -20.27 -> -14.75             |
 | 11-24 | 8     | 0.0006       |               | 13.7k    | -20.45 -> -13.73             |
 | 11-24 | 8     | 0.0006       | channels_last CNNs | 16.1k | -20.48 -> -16.23             |
+| 11-24 | 8     | 0.0006       | int8 first conv, C++ draw | 16.1k | -20.39 -> -7.02       |
 
 The rise starts late (minute 6-8) and is still steepening when the run
-stops, so single runs of a variant say little about small differences; the
-three runs of the shipped config end within 2.5 points of each other. The
-last, with the CNNs in channels_last (11-24), ran 18% more frames per second
-than the one before it.
+stops, so single runs of a variant say little about small differences: the
+first three runs of the shipped config ended within 2.5 points of each other,
+the fourth 7 points above them (its rise came at minute 6, not 8, and minute
+10 jumped from -17.3 to -7.0). The third, with the CNNs in channels_last
+(11-24), ran 18% more frames per second than the one before it; the fourth,
+acting with an int8 first conv, as many frames per second as the third (the
+learner is the bottleneck); its actors' first conv ran with int8 weights,
+and in this one run that did not hold the learning back.
 
 A 20-minute run of the shipped config (`zrl run --config
 configs/pong_impala.yaml --max-seconds 1200`, 11-24, 13.7k frames/s, 25,600

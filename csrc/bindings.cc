@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pixels.h"
+#include "sample.h"
 #include "replay/replay.h"
 #include "vtrace.h"
 #include "wire_gate.h"
@@ -41,7 +42,7 @@ FloatArray as_float32(const py::handle& obj, const char* name, py::ssize_t ndim)
   return FloatArray::ensure(arr);
 }
 
-// uint8 [N, C, H, W] -> [N, H, W, C] float32 or bfloat16 (out: float32, or 2-byte ints holding
+// uint8 [N, C, H, W] -> [N, H, W, C] float32, bfloat16 or uint8 (out: float32, uint8, or 2-byte ints holding
 // bf16 bits, as PyTorch's tensor.view(torch.int16).numpy() gives them).
 void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_obj) {
   if (!py::isinstance<py::array>(src_obj) || !py::isinstance<py::array>(out_obj))
@@ -66,18 +67,49 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
   check_layout(out, "out");
   if (!out.writeable()) throw py::value_error("out: array is read-only");
   const bool f32 = out.dtype().is(py::dtype::of<float>());
-  const bool bf16 = out.dtype().kind() == 'i' || out.dtype().kind() == 'u';
-  if (!f32 && !(bf16 && out.itemsize() == 2))
-    throw py::value_error("out: expected float32, or int16/uint16 holding bfloat16 bits; got " +
+  const bool u8 = out.dtype().is(py::dtype::of<std::uint8_t>());
+  const bool bf16 = (out.dtype().kind() == 'i' || out.dtype().kind() == 'u') && out.itemsize() == 2;
+  if (!f32 && !u8 && !bf16)
+    throw py::value_error("out: expected float32, uint8, or int16/uint16 holding bfloat16 bits; got " +
                           std::string(py::str(out.dtype())));
   const auto* s = static_cast<const std::uint8_t*>(src.data());
   void* d = out.mutable_data();
   py::gil_scoped_release release;
   if (f32)
     zrl::planes_to_channels_last(s, n, c, static_cast<std::size_t>(h * w), static_cast<float*>(d));
+  else if (u8)
+    zrl::planes_to_channels_last_u8(s, n, c, static_cast<std::size_t>(h * w), static_cast<std::uint8_t*>(d));
   else
     zrl::planes_to_channels_last_bf16(s, n, c, static_cast<std::size_t>(h * w),
                                       static_cast<std::uint16_t*>(d));
+}
+
+// Categorical draws from logits [B, n] float32 with uniforms u [B] float64: (actions int64 [B],
+// log-probabilities float32 [B]). See sample.h.
+py::tuple sample_categorical(const py::handle& logits_obj, const py::handle& u_obj) {
+  FloatArray logits = as_float32(logits_obj, "logits", 2);
+  if (!py::isinstance<py::array>(u_obj))
+    throw py::value_error("u: expected a numpy array");
+  auto u = py::array_t<double, py::array::c_style>::ensure(py::reinterpret_borrow<py::array>(u_obj));
+  if (!u || !py::reinterpret_borrow<py::array>(u_obj).dtype().is(py::dtype::of<double>()) || u.ndim() != 1)
+    throw py::value_error("u: expected a float64 array of 1 dimension");
+  const py::ssize_t b = logits.shape(0), n = logits.shape(1);
+  if (u.shape(0) != b)
+    throw py::value_error("u: expected " + std::to_string(b) + " draws (one per row of logits), got " +
+                          std::to_string(u.shape(0)));
+  if (n < 1) throw py::value_error("logits: expected at least one action per row");
+  py::array_t<std::int64_t> actions(b);
+  py::array_t<float> logp(b);
+  std::size_t done;
+  {
+    py::gil_scoped_release release;
+    done = zrl::sample_categorical(logits.data(), static_cast<std::size_t>(b), static_cast<std::size_t>(n),
+                                   u.data(), actions.mutable_data(), logp.mutable_data());
+  }
+  if (done != static_cast<std::size_t>(b))
+    throw py::value_error("logits: row " + std::to_string(done) +
+                          " has a NaN or +inf logit, or every logit -inf: no action can be drawn from it");
+  return py::make_tuple(actions, logp);
 }
 
 py::tuple vtrace(const py::handle& log_rhos_obj, const py::handle& discounts_obj,
@@ -838,7 +870,12 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("pixels_to_channels_last", &pixels_to_channels_last, py::arg("src"), py::arg("out"),
         "uint8 [N, C, H, W] -> out [N, H, W, C] (PyTorch's channels_last), cast to out's dtype: float32, "
-        "or int16/uint16 receiving bfloat16 bits. Both C-contiguous and not overlapping. Releases the GIL.");
+        "uint8 (the relayout alone), or int16/uint16 receiving bfloat16 bits. Both C-contiguous and not overlapping. Releases the GIL.");
+
+  m.def("sample_categorical", &sample_categorical, py::arg("logits"), py::arg("u"),
+        "Draws one action per row of logits [B, n] float32 (softmax probabilities, inverse CDF at the "
+        "uniforms u [B] float64 in [0, 1)); returns (actions int64 [B], log-probabilities float32 [B]). "
+        "ValueError on a row with a NaN or +inf logit or every logit -inf. Releases the GIL.");
 
   bind_replay(m);
   bind_gate(m);

@@ -21,6 +21,11 @@ struct ToBf16 {
   }
 };
 
+struct ToU8 {
+  using Out = std::uint8_t;
+  static std::uint8_t convert(std::uint8_t v) { return v; }
+};
+
 // One image, its channel count known at compile time: the inner loop reads C
 // planes side by side and writes each pixel's C values together.
 // __restrict__: src is a char type, which may alias anything; without it the
@@ -66,6 +71,11 @@ void planes_to_channels_last(const std::uint8_t* src, std::size_t n, std::size_t
 void planes_to_channels_last_bf16(const std::uint8_t* src, std::size_t n, std::size_t c,
                                   std::size_t hw, std::uint16_t* dst) {
   convert<ToBf16>(src, n, c, hw, dst);
+}
+
+void planes_to_channels_last_u8(const std::uint8_t* src, std::size_t n, std::size_t c,
+                                std::size_t hw, std::uint8_t* dst) {
+  convert<ToU8>(src, n, c, hw, dst);
 }
 
 }  // namespace zrl

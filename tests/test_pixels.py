@@ -62,7 +62,7 @@ def test_kernel_writes_bfloat16_bits_into_2_byte_ints():
         (np.zeros((1, 4, 3, 3), np.float32), np.zeros((1, 3, 3, 4), np.float32), "src: expected dtype uint8"),
         (np.zeros((1, 4, 3, 3), np.uint8), np.zeros((1, 4, 3, 3), np.float32), r"out: expected shape \(1, 3, 3, 4\)"),
         (np.zeros((4, 3, 3), np.uint8), np.zeros((3, 3, 4), np.float32), "expected 4 dimensions"),
-        (np.zeros((1, 4, 3, 3), np.uint8), np.zeros((1, 3, 3, 4), np.float64), "out: expected float32, or int16/uint16"),
+        (np.zeros((1, 4, 3, 3), np.uint8), np.zeros((1, 3, 3, 4), np.float64), "out: expected float32, uint8, or int16/uint16"),
         (np.zeros((1, 4, 3, 3), np.uint8), np.zeros((1, 3, 3, 8), np.float32)[..., ::2], "out: expected a C-contiguous"),
         (np.zeros((1, 3, 4, 3), np.uint8).transpose(0, 2, 1, 3), np.zeros((1, 3, 3, 4), np.float32), "src: expected a C-contiguous"),
         (np.zeros((1, 4, 3, 3), np.uint8), np.frombuffer(bytearray(1 + 36 * 4), np.float32, 36, 1).reshape(1, 3, 3, 4), "out: array is not aligned"),

@@ -33,8 +33,10 @@ TEST_P(PixelsTest, MatchesDefinition) {
   const auto src = random_pixels(n * c * hw, static_cast<unsigned>(c));
   std::vector<float> f32(n * hw * c, -1.0f);
   std::vector<std::uint16_t> bf16(n * hw * c, 0xffff);
+  std::vector<std::uint8_t> u8(n * hw * c, 0);
   zrl::planes_to_channels_last(src.data(), n, c, hw, f32.data());
   zrl::planes_to_channels_last_bf16(src.data(), n, c, hw, bf16.data());
+  zrl::planes_to_channels_last_u8(src.data(), n, c, hw, u8.data());
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t ch = 0; ch < c; ++ch)
       for (std::size_t p = 0; p < hw; ++p) {
@@ -42,6 +44,7 @@ TEST_P(PixelsTest, MatchesDefinition) {
         const std::size_t at = (i * hw + p) * c + ch;
         ASSERT_EQ(f32[at], want) << "n=" << i << " c=" << ch << " p=" << p;
         ASSERT_EQ(from_bf16(bf16[at]), want) << "n=" << i << " c=" << ch << " p=" << p;
+        ASSERT_EQ(u8[at], src[(i * c + ch) * hw + p]) << "n=" << i << " c=" << ch << " p=" << p;
       }
 }
 

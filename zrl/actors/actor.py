@@ -33,8 +33,20 @@ from zrl.envs import make_vector_env
 from zrl.learner import algorithms
 from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender, resolve_precision
 from zrl.models import flatten_parameters
+from zrl.models.cnn import use_int8_first_conv, int8_conv_supported
 
 log = logging.getLogger("zrl.actor")
+
+
+def use_int8(setting: bool | str, model: torch.nn.Module) -> bool:
+    """actor.int8_first_conv applied to `model`: whether its CNN now acts with an int8 first conv.
+    Raises ValueError for true on a CPU (or PyTorch) without native int8 convolutions."""
+    if setting is False:
+        return False
+    if setting is True and not int8_conv_supported():
+        raise ValueError("actor.int8_first_conv: true, but this CPU has no int8 dot products (AVX-512 VNNI, AVX-VNNI "
+                         "or AMX) or this PyTorch lacks oneDNN's int8 convolution; set it to auto or false")
+    return use_int8_first_conv(model)
 
 
 class HelloError(RuntimeError):
@@ -319,6 +331,8 @@ class Actor:
                 # The model itself in bf16: the link casts the weights it receives straight into it.
                 self.model.to(torch.bfloat16)
             self.model.eval()
+            if use_int8(cfg.actor.int8_first_conv, self.model):
+                precision += ", int8 first conv"
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, obs_spec, action_spec, width)
             self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
                                     send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights,

@@ -54,7 +54,7 @@ class ImpalaPolicy(Policy):
         """Policy parameters, and the next core state (None without a core); call under inference_mode."""
         x = torch.from_numpy(obs)
         if not self.model.recurrent:
-            return self.model.policy(x).float(), None  # float(): a bf16 actor's outputs
+            return self.model.policy_float(x), None  # float32 even for a bf16 actor
         dtype = self.model.dtype
         params, _, new = self.model.step(x, tuple(torch.from_numpy(s).to(dtype) for s in state))
         return params.float(), tuple(s.float().numpy() for s in new)
@@ -62,12 +62,11 @@ class ImpalaPolicy(Policy):
     def act(self, obs: np.ndarray, state=None):
         with torch.inference_mode():
             params, new = self._forward(obs, state)
-            action = self.model.head.sample(params)
-            logp = self.model.head.log_prob(params, action)
-        extras = {"behaviour_logp": logp.numpy()}
+            action, logp = self.model.head.sample_with_log_prob(params)
+        extras = {"behaviour_logp": logp}
         if new is not None:
             extras.update(state=new, core_h=state[0], core_c=state[1])
-        return action.numpy(), extras
+        return action, extras
 
 
 class ImpalaEvalPolicy(ImpalaPolicy):

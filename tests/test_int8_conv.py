@@ -1,0 +1,163 @@
+"""actor.int8_first_conv: a CNN policy's first conv on uint8 pixels with int8 weights, and the
+actors' categorical draw in C++ (zrl._core.sample_categorical)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from zrl import _core, spaces
+from zrl.actors import actor as actor_mod
+from zrl.config import ConfigError, load_config
+from zrl.learner import algorithms
+from zrl.models import cnn, flatten_parameters
+
+pytestmark = pytest.mark.timeout(60)
+
+PONG_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pong_impala.yaml"
+OBS = spaces.BoxSpec((4, 84, 84), "uint8", 0.0, 255.0)
+ACTIONS = spaces.DiscreteSpec(6)
+needs_int8 = pytest.mark.skipif(not cnn.int8_conv_supported(), reason="this CPU has no int8 dot products (VNNI/AMX)")
+
+
+def pong_model(network="impala_shallow", dtype=torch.float32):
+    cfg = load_config(PONG_CONFIG, [f"model.network={network}"])
+    torch.manual_seed(0)
+    return algorithms.get("impala")(cfg, OBS, ACTIONS).build_model().eval().to(dtype)
+
+
+def frames(n, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (n, 4, 84, 84), dtype=np.uint8))
+
+
+def test_uint8_relayout_is_the_permutation():
+    src = np.random.default_rng(1).integers(0, 256, (3, 4, 7, 5), dtype=np.uint8)
+    out = np.empty((3, 7, 5, 4), np.uint8)
+    _core.pixels_to_channels_last(src, out)
+    np.testing.assert_array_equal(out, src.transpose(0, 2, 3, 1))
+    x = cnn.pixels_channels_last_u8(torch.from_numpy(src))
+    assert x.shape == (3, 4, 7, 5) and x.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(x, torch.from_numpy(src))
+
+
+@needs_int8
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_first_conv_matches_the_conv_up_to_weight_rounding(dtype):
+    model = pong_model(dtype=dtype)
+    conv = model.pi_torso.convs[0]
+    x = frames(5)
+    q = cnn.Int8FirstConv(conv, relu=True)
+    with torch.inference_mode():
+        got = q(x)
+        want = torch.relu(F.conv2d(x.float() / 255.0, conv.weight.float(), conv.bias.float(), conv.stride))
+    assert got.dtype == dtype and got.shape == want.shape and got.is_contiguous(memory_format=torch.channels_last)
+    assert (got >= 0).all()  # the ReLU is fused in
+    # Weights rounded to 1/254 of each channel's largest (and a bf16 output's own rounding).
+    err = (got.float() - want).abs().max().item()
+    assert err <= 0.02 * want.abs().max().item(), err
+    assert err > 0 or dtype == torch.float32  # it did not fall back to the float conv unnoticed
+
+
+@needs_int8
+def test_int8_first_conv_requantizes_when_the_weights_change():
+    model = pong_model()
+    flat = flatten_parameters(model)
+    assert cnn.use_int8_first_conv(model)
+    q = model.pi_torso.int8_first_conv
+    x = frames(3)
+    with torch.inference_mode():
+        before = model.policy(x)
+        packed = q._packed
+        again = model.policy(x)
+        assert q._packed is packed and torch.equal(before, again)  # no change: no repack
+        flat.mul_(1.5)  # what LearnerLink does to apply new weights: a copy into the flat buffer
+        after = model.policy(x)
+        assert q._packed is not packed
+        model.pi_torso.int8_first_conv = None
+        reference = model.policy(x)
+    assert (after - reference).abs().max() <= 0.02 * reference.abs().max() + 1e-6
+
+
+@needs_int8
+@pytest.mark.parametrize("network", ["impala_shallow", "impala_deep"])
+def test_the_int8_path_is_for_acting_only(network):
+    model = pong_model(network)
+    reference = copy.deepcopy(model)
+    assert cnn.use_int8_first_conv(model)
+    # The deep ResNet's first conv is followed by a max-pool, not a ReLU: nothing to fuse.
+    assert model.pi_torso.int8_first_conv.relu is (network == "impala_shallow")
+    x = frames(4)
+    with torch.inference_mode():
+        acting, ref = model.policy(x), reference.policy(x)
+    assert not torch.equal(acting, ref) and (acting - ref).abs().max() <= 0.02 * ref.abs().max() + 1e-6
+    # With gradients on (the learner's loss) it is the float path, exactly.
+    out, ref_out = model.policy(x), reference.policy(x)
+    assert out.requires_grad and torch.equal(out, ref_out)
+
+
+def test_use_int8_first_conv_leaves_mlps_alone():
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "cartpole_impala.yaml", [])
+    algo = algorithms.get("impala")(cfg, spaces.BoxSpec((4,), "float32", -1.0, 1.0), spaces.DiscreteSpec(2))
+    assert cnn.use_int8_first_conv(algo.build_model()) is False
+
+
+def test_int8_first_conv_setting(monkeypatch):
+    with pytest.raises(ConfigError, match="actor.int8_first_conv"):
+        load_config(PONG_CONFIG, ["actor.int8_first_conv=sometimes"])
+    assert load_config(PONG_CONFIG, ["actor.int8_first_conv=true"]).actor.int8_first_conv is True
+    assert load_config(PONG_CONFIG, []).actor.int8_first_conv == "auto"
+    assert actor_mod.use_int8(False, pong_model()) is False
+    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU without VNNI
+    with pytest.raises(ValueError, match="actor.int8_first_conv: true, but this CPU"):
+        actor_mod.use_int8(True, pong_model())
+    model = pong_model()
+    assert actor_mod.use_int8("auto", model) is False and model.pi_torso.int8_first_conv is None
+
+
+# -- the categorical draw
+
+
+def test_sample_categorical_is_the_inverse_cdf():
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    n = 10_000
+    u = (np.arange(n) + 0.5) / n  # an even grid: each action gets exactly its share
+    logits = np.tile(np.log(p).astype(np.float32) + 3.0, (n, 1))
+    actions, logp = _core.sample_categorical(logits, u)
+    assert actions.dtype == np.int64 and logp.dtype == np.float32
+    np.testing.assert_array_equal(np.bincount(actions, minlength=4), (p * n).round().astype(int))
+    np.testing.assert_allclose(logp, np.log(p)[actions], rtol=1e-5)
+
+
+def test_the_policy_head_samples_from_the_softmax():
+    head = pong_model().head
+    params = torch.tensor([[0.0, 1.0, -1.0, 2.0, 0.5, -3.0]]).repeat(60_000, 1)
+    torch.manual_seed(3)
+    actions, logp = head.sample_with_log_prob(params)
+    freq = np.bincount(actions, minlength=6) / len(actions)
+    want = torch.softmax(params[0], -1).numpy()
+    assert np.abs(freq - want).max() < 0.01  # 60k draws: std of each share < 0.002
+    np.testing.assert_allclose(logp, torch.log_softmax(params, -1).gather(-1, torch.from_numpy(actions)[:, None])[:, 0].numpy(), rtol=1e-5, atol=1e-6)
+    torch.manual_seed(3)
+    again, _ = head.sample_with_log_prob(params)
+    np.testing.assert_array_equal(actions, again)  # torch.manual_seed fixes the draws
+
+
+@pytest.mark.parametrize(
+    "logits, u, match",
+    [
+        (np.zeros((2, 3), np.float64), np.zeros(2), "logits: expected dtype float32"),
+        (np.zeros((2, 3), np.float32), np.zeros(3), "u: expected 2 draws"),
+        (np.zeros((2, 3), np.float32), np.zeros(2, np.float32), "u: expected a float64"),
+        (np.array([[0.0, 1.0], [np.nan, 0.0]], np.float32), np.zeros(2), "row 1 has a NaN"),
+        (np.full((1, 2), -np.inf, np.float32), np.zeros(1), "row 0"),
+        (np.zeros((2, 0), np.float32), np.zeros(2), "at least one action"),
+    ],
+    ids=["logits-dtype", "u-count", "u-dtype", "nan", "all-masked", "no-actions"],
+)
+def test_sample_categorical_refuses_what_it_cannot_draw_from(logits, u, match):
+    with pytest.raises(ValueError, match=match):
+        _core.sample_categorical(logits, u)
