@@ -88,16 +88,24 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
 // log-probabilities float32 [B]). See sample.h.
 py::tuple sample_categorical(const py::handle& logits_obj, const py::handle& u_obj) {
   FloatArray logits = as_float32(logits_obj, "logits", 2);
-  if (!py::isinstance<py::array>(u_obj))
-    throw py::value_error("u: expected a numpy array");
-  auto u = py::array_t<double, py::array::c_style>::ensure(py::reinterpret_borrow<py::array>(u_obj));
-  if (!u || !py::reinterpret_borrow<py::array>(u_obj).dtype().is(py::dtype::of<double>()) || u.ndim() != 1)
+  if (!(logits.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    throw py::value_error("logits: array is not aligned");
+  if (!py::isinstance<py::array>(u_obj)) throw py::value_error("u: expected a numpy array");
+  auto u_arr = py::reinterpret_borrow<py::array>(u_obj);
+  if (!u_arr.dtype().is(py::dtype::of<double>()) || u_arr.ndim() != 1)
     throw py::value_error("u: expected a float64 array of 1 dimension");
+  if (!(u_arr.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    throw py::value_error("u: array is not aligned");
+  auto u = py::array_t<double, py::array::c_style>::ensure(u_arr);  // a copy only if strided
   const py::ssize_t b = logits.shape(0), n = logits.shape(1);
   if (u.shape(0) != b)
     throw py::value_error("u: expected " + std::to_string(b) + " draws (one per row of logits), got " +
                           std::to_string(u.shape(0)));
   if (n < 1) throw py::value_error("logits: expected at least one action per row");
+  for (py::ssize_t i = 0; i < b; ++i) {
+    const double v = u.data()[i];
+    if (!(v >= 0.0 && v < 1.0)) throw py::value_error("u: draws must be in [0, 1), got " + std::to_string(v));
+  }
   py::array_t<std::int64_t> actions(b);
   py::array_t<float> logp(b);
   std::size_t done;

@@ -59,7 +59,7 @@ def test_int8_first_conv_matches_the_conv_up_to_weight_rounding(dtype):
     # Weights rounded to 1/254 of each channel's largest (and a bf16 output's own rounding).
     err = (got.float() - want).abs().max().item()
     assert err <= 0.02 * want.abs().max().item(), err
-    assert err > 0 or dtype == torch.float32  # it did not fall back to the float conv unnoticed
+    assert err > 0  # the int8 weights, not the float conv
 
 
 @needs_int8
@@ -80,6 +80,38 @@ def test_int8_first_conv_requantizes_when_the_weights_change():
         model.pi_torso.int8_first_conv = None
         reference = model.policy(x)
     assert (after - reference).abs().max() <= 0.02 * reference.abs().max() + 1e-6
+
+
+@needs_int8
+def test_non_finite_first_conv_weights_raise_instead_of_acting_quietly():
+    model = pong_model()
+    assert cnn.use_int8_first_conv(model)
+    with torch.no_grad():
+        model.pi_torso.convs[0].weight[3, 0, 0, 0] = float("nan")
+    with torch.inference_mode(), pytest.raises(ValueError, match="first conv's weights are not finite"):
+        model.policy(frames(2))
+
+
+@needs_int8
+def test_a_model_with_an_int8_conv_can_be_copied():
+    model = pong_model()
+    assert cnn.use_int8_first_conv(model)
+    x = frames(2)
+    with torch.inference_mode():
+        out = model.policy(x)  # quantizes: oneDNN's packed weights now sit on the torso
+    twin = copy.deepcopy(model)
+    q = twin.pi_torso.int8_first_conv
+    assert q is not model.pi_torso.int8_first_conv and q.conv is twin.pi_torso.convs[0]
+    with torch.inference_mode():
+        assert torch.equal(twin.policy(x), out)
+
+
+def test_the_probe_says_no_where_the_op_fails(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such kernel")
+
+    monkeypatch.setattr(cnn.Int8FirstConv, "__call__", broken)
+    assert cnn._int8_conv_probe() is False
 
 
 @needs_int8
@@ -116,6 +148,15 @@ def test_int8_first_conv_setting(monkeypatch):
         actor_mod.use_int8(True, pong_model())
     model = pong_model()
     assert actor_mod.use_int8("auto", model) is False and model.pi_torso.int8_first_conv is None
+
+
+def test_int8_first_conv_true_on_an_mlp_says_it_does_nothing(monkeypatch, caplog):
+    monkeypatch.setattr(cnn, "_INT8_CONV", True)
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "cartpole_impala.yaml", [])
+    model = algorithms.get("impala")(cfg, spaces.BoxSpec((4,), "float32", -1.0, 1.0), spaces.DiscreteSpec(2)).build_model()
+    with caplog.at_level("WARNING", logger="zrl.actor"):
+        assert actor_mod.use_int8(True, model) is False
+    assert "no CNN first conv" in caplog.text
 
 
 # -- the categorical draw
@@ -155,8 +196,12 @@ def test_the_policy_head_samples_from_the_softmax():
         (np.array([[0.0, 1.0], [np.nan, 0.0]], np.float32), np.zeros(2), "row 1 has a NaN"),
         (np.full((1, 2), -np.inf, np.float32), np.zeros(1), "row 0"),
         (np.zeros((2, 0), np.float32), np.zeros(2), "at least one action"),
+        (np.zeros((2, 3), np.float32), np.array([0.5, 1.0]), r"u: draws must be in \[0, 1\)"),
+        (np.zeros((1, 3), np.float32), np.array([np.nan]), r"u: draws must be in \[0, 1\)"),
+        (np.frombuffer(bytearray(1 + 24), np.float32, 6, 1).reshape(2, 3), np.zeros(2), "logits: array is not aligned"),
+        (np.zeros((2, 3), np.float32), np.frombuffer(bytearray(1 + 16), np.float64, 2, 1), "u: array is not aligned"),
     ],
-    ids=["logits-dtype", "u-count", "u-dtype", "nan", "all-masked", "no-actions"],
+    ids=["logits-dtype", "u-count", "u-dtype", "nan", "all-masked", "no-actions", "u-one", "u-nan", "logits-misaligned", "u-misaligned"],
 )
 def test_sample_categorical_refuses_what_it_cannot_draw_from(logits, u, match):
     with pytest.raises(ValueError, match=match):

@@ -251,11 +251,12 @@ class ActorConfig:
     """true, false or auto: a CNN policy's first convolution acts on the uint8 pixels
     with int8 weights (per output channel; oneDNN's int8 convolution, the rest of the
     network in actor.precision). The pixels are exact in uint8, so only the weights
-    are rounded, to 1/254 of each channel's largest; the recorded log mu(a|x) is the
-    acting model's, so V-trace corrects for the difference. auto: where the CPU has
-    int8 dot products (AVX-512 VNNI, AVX-VNNI or AMX). On 2 cores with Pong's shallow
-    CNN, a bf16 actor's act() on 8 frames 333 -> 275 us. true on a CPU without them is
-    an error."""
+    are rounded, to 1/254 of each channel's largest (~1% error in the conv's output,
+    about twice bf16's); the recorded log mu(a|x) is the acting model's, so V-trace
+    corrects for the difference. auto: where the CPU has int8 dot products (AVX-512
+    VNNI, AVX-VNNI or AMX) and PyTorch's oneDNN int8 conv passes a probe. On 2 cores
+    with Pong's shallow CNN, a bf16 actor's act() on 8 frames 333 -> 275 us. true
+    where that does not hold is an error; models without a CNN ignore it."""
 
     def __post_init__(self):
         _check(self.backpressure in ("block", "drop"), "actor.backpressure", "must be block or drop")

@@ -45,8 +45,11 @@ def use_int8(setting: bool | str, model: torch.nn.Module) -> bool:
         return False
     if setting is True and not int8_conv_supported():
         raise ValueError("actor.int8_first_conv: true, but this CPU has no int8 dot products (AVX-512 VNNI, AVX-VNNI "
-                         "or AMX) or this PyTorch lacks oneDNN's int8 convolution; set it to auto or false")
-    return use_int8_first_conv(model)
+                         "or AMX) or this PyTorch's oneDNN int8 convolution failed zrl's probe; set it to auto or false")
+    used = use_int8_first_conv(model)
+    if setting is True and not used:
+        log.warning("actor.int8_first_conv: true, but the model has no CNN first conv to run in int8; acting without it")
+    return used
 
 
 class HelloError(RuntimeError):

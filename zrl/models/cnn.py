@@ -29,6 +29,7 @@ actor's act() on 8 frames 333 -> 275 us.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -94,10 +95,28 @@ def pixels_channels_last_u8(obs: torch.Tensor) -> torch.Tensor:
 _INT8_CONV: bool | None = None
 
 
+def _int8_conv_probe() -> bool:
+    """Runs one small int8 conv at full scale (pixels 255, weights +-127: products that would
+    saturate int16 pairs, as oneDNN's pre-VNNI int8 kernels do) against the exact answer.
+    False if the ops are missing, take other arguments (older PyTorch) or get it wrong."""
+    try:
+        conv = nn.Conv2d(2, 2, 3, stride=2, padding=1)
+        with torch.no_grad():
+            conv.weight.copy_(torch.tensor([1.0, -1.0]).view(2, 1, 1, 1).expand(2, 2, 3, 3))
+            conv.bias.zero_()
+        x = torch.full((1, 2, 5, 5), 255, dtype=torch.uint8)
+        with torch.inference_mode():
+            got = Int8FirstConv(conv, relu=False)(x).float()
+        want = torch.nn.functional.conv2d(x.float() / 255.0, conv.weight.detach(), conv.bias.detach(), 2, 1)
+        return bool(got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4))
+    except (RuntimeError, TypeError, AttributeError, NotImplementedError):
+        return False
+
+
 def int8_conv_supported() -> bool:
-    """Whether this CPU runs oneDNN's int8 convolutions natively (AVX-512 VNNI or AVX-VNNI) and
-    this PyTorch has them (torch.ops.onednn.qconv2d_pointwise, the op of PyTorch's x86 int8
-    inference)."""
+    """Whether this CPU has int8 dot products (AVX-512 VNNI, AVX-VNNI or AMX) and this PyTorch's
+    oneDNN int8 convolution (torch.ops.onednn.qconv2d_pointwise, the op of PyTorch's x86 int8
+    inference) computes a probe conv exactly. Decided once per process."""
     global _INT8_CONV
     if _INT8_CONV is None:
         try:
@@ -106,8 +125,7 @@ def int8_conv_supported() -> bool:
         except OSError:
             flags = []
         vnni = "avx512_vnni" in flags or "avx_vnni" in flags or "amx_int8" in flags
-        ops = hasattr(torch.ops.onednn, "qconv_prepack") and hasattr(torch.ops.onednn, "qconv2d_pointwise")
-        _INT8_CONV = bool(vnni and ops and torch.backends.mkldnn.is_available())
+        _INT8_CONV = bool(vnni and torch.backends.mkldnn.is_available() and _int8_conv_probe())
     return _INT8_CONV
 
 
@@ -115,19 +133,21 @@ class Int8FirstConv:
     """A torso's first convolution for acting on uint8 pixels with int8 weights (on the CPU).
 
     The pixels are exact as uint8 (scale 1/255, zero point 0), so only the weights
-    are quantized: per output channel, to round(W / s) with s = max|W| / 127 (a
-    relative error of at most 1/254 of the channel's largest weight, about bf16's
-    own rounding). oneDNN accumulates in int32 and writes the model's dtype,
-    channels_last, the ReLU that follows fused in. Measured on 2 cores (AVX-512
-    VNNI, 8 frames of 4x84x84, one thread): the relayout, conv and ReLU ~70 us
-    against ~140 for the bf16 path's cast-and-relayout, conv and ReLU.
+    are quantized: per output channel, to round(W / s) with s = max|W| / 127 (an
+    error of at most 1/254 of the channel's largest weight). On Pong's shallow CNN
+    that is ~1% relative error in the conv's output, about twice a bf16 conv's
+    0.4%. oneDNN accumulates in int32 and writes the model's dtype, channels_last,
+    the ReLU that follows fused in. Measured on 2 cores (AVX-512 VNNI, 8 frames of
+    4x84x84, one thread): the relayout, conv and ReLU ~70 us against ~140 for the
+    bf16 path's cast-and-relayout, conv and ReLU.
 
     The weights are requantized whenever the conv's weights change (a compare of
-    a few thousand values per call, ~2 us; requantizing and repacking ~40 us).
-    Acting only: no autograd, and the learner never uses it. The actions it
-    picks are the acting model's, and so is the log mu(a|x) recorded with them,
-    so V-trace corrects for the difference from the learner's fp32 model like it
-    does for a bf16 actor.
+    a few thousand values per call, ~4 us; requantizing and repacking ~40 us).
+    Non-finite weights raise (the float path would give NaN logits, which the
+    actor's draw refuses). Acting only: no autograd, and the learner never uses
+    it. The actions it picks are the acting model's, and so is the log mu(a|x)
+    recorded with them, so V-trace corrects for the difference from the
+    learner's fp32 model like it does for a bf16 actor.
     """
 
     def __init__(self, conv: nn.Conv2d, relu: bool):
@@ -136,12 +156,18 @@ class Int8FirstConv:
         self.conv = conv
         self.relu = relu
         self._source: torch.Tensor | None = None  # the weights last quantized
-        self._packed: torch.Tensor | None = None
+        self._packed: torch.Tensor | None = None  # oneDNN's opaque tensor: cannot be copied
         self._scales: torch.Tensor | None = None
         self._zero_points = torch.zeros(conv.out_channels, dtype=torch.int64)
 
+    def __deepcopy__(self, memo):
+        # A copied model gets its own, not yet quantized, int8 conv over its copy of the conv.
+        return Int8FirstConv(copy.deepcopy(self.conv, memo), self.relu)
+
     def _quantize(self) -> None:
         w = self.conv.weight.detach().float()
+        if not torch.isfinite(w).all():
+            raise ValueError("the first conv's weights are not finite (the learner diverged?): cannot act")
         scales = (w.abs().amax(dim=(1, 2, 3)) / 127.0).clamp_min(1e-12)
         q = torch.round(w / scales[:, None, None, None]).clamp_(-127, 127).to(torch.int8)
         c = self.conv
