@@ -121,6 +121,18 @@ of acting reaches 0.77-0.80. At that profile's 310 µs of CPU per env step,
 0.8 of raw needs 1.9 cores busy (the actor keeps 1.83-1.87 busy), or about
 5% less CPU per step from the actor's thread and the emulator's together;
 or a core of its own for the policy (more cores than emulator threads).
+With the int8 first conv (11-24, `/proc` per-thread CPU over 15 s of actor ->
+sink at 5,268 steps/s): emulator threads 265 µs per env step, the actor's
+thread 72, ZeroMQ's I/O threads 3.4 (actor) and 5.2 (sink), the machine idle
+0.16 core. act() on 8 frames costs 426 µs of CPU next to the emulator threads
+against 275 alone (a loop of step_wait, act and step_async alone, timed
+inside: 5,715 steps/s; the hand-over to the emulator threads 22 µs). That
+1.55x is the contention of sharing the machine (caches, and on a 2-vCPU VM
+likely the two hyperthreads of one core), not time-slicing: the actor's
+thread is on a CPU for 97% of its act() calls. A stand-in that spins 45 µs
+per frame instead of acting reaches 0.84-0.92. ale_py's own asynchronous mode
+(16 envs, batches of the first 8 ready) was slower than two groups with the
+same stand-in: 0.68-0.79 against 0.84-0.92.
 
 What moved it, each A/B in alternating runs:
 - The next group's actions go out as soon as they are computed: 3.5-4.1k to
