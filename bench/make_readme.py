@@ -195,7 +195,16 @@ until the mean return of the last 100 episodes reaches 475, for each shipped
 CartPole config, seeds 1-3, beside Stable-Baselines3 PPO with
 rl-baselines3-zoo's CartPole-v1 hyper-parameters in the same run. Ape-X
 counts a greedy evaluation actor's episodes. Issue 2's aim: under 10 s
-including start-up."""),
+including start-up.
+
+Three seeds say little: single IMPALA runs on 2 cores take 4-30 s, and about
+one run in twenty stalls. On 11-24, 18 seeds (11-18, 21-30) of
+`cartpole_impala` before and after the actors' C++ action draw, alternating,
+capped at 40 s: median 7.45 s before (5.2-30.4, all reached) and 6.85 s after
+(4.3-28.0, one stalled: its policy collapsed to a return of 9 and never came
+back). An earlier session saw a stall before the change too (seed 1, a
+plateau near 130 for 170 s). The table's run (11-24) found the machine slow:
+SB3 took 13.7 s against 11.3 two days before."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
 `configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups
