@@ -202,8 +202,8 @@ one run in twenty stalls. On 11-24, 18 seeds (11-18, 21-30) of
 `cartpole_impala` before and after the actors' C++ action draw, alternating,
 capped at 40 s: median 7.45 s before (5.2-30.4, all reached) and 6.85 s after
 (4.3-28.0, one stalled: its policy collapsed to a return of 9 and never came
-back). An earlier session saw a stall before the change too (seed 1, a
-plateau near 130 for 170 s). The table's run (11-24) found the machine slow:
+back). Before the change runs stall too: seed 3, the same day, sat near a
+return of 130 for 120 s. The table's run (11-24) found the machine slow:
 SB3 took 13.7 s against 11.3 two days before."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
