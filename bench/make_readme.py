@@ -72,9 +72,12 @@ raw.
 last change (2026-11-24), the 2 KB chunk was at 0.80-0.95 over tcp and
 0.80-1.05 over ipc, the 23 KB one at 0.96-1.09 over tcp and 0.83-0.86 over
 ipc, the Atari chunk at 0.71-0.87 over tcp and 1.35-1.39 over ipc. A fifth
-run with the transport unchanged (11-24, 05:30 UTC, not the table below): tcp
-0.93 / 1.00 / 0.90, ipc 1.14 / 0.84 / 1.24 (2 KB / 23 KB / Atari); the 23 KB
-ipc row is the one that stays under 0.9. (2 KB
+run with the transport unchanged (11-24, 05:10 UTC): tcp 0.93 / 1.00 / 0.90,
+ipc 1.14 / 0.84 / 1.24 (2 KB / 23 KB / Atari). Three runs after the
+receiver's views lost their pybind11 owner (0.3 µs less per message in
+process; the table below is the last): 23 KB over ipc 0.83-0.89, Atari over
+tcp 0.78-0.91, 2 KB 0.87-1.02; the 23 KB ipc row is the one that stays under
+0.9. (2 KB
 was at 0.30-0.42 before the C++ gate.) What remains is Python per message:
 the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
 before the cached `Layout.cut`), and the receiver's per-burst poll and

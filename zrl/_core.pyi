@@ -73,7 +73,7 @@ class FrameGate:
     def check(self, frame: bytes | memoryview) -> tuple[int, int, int, int, int, int] | None: ...
 
 class ZmqFrame:
-    """A received message (buffer protocol, read-only), freed with its last view."""
+    """A received message (buffer protocol, read-only), freed with its last view (a plain CPython type)."""
 
 class ZmqNative:
     """pyzmq's own libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one."""
