@@ -42,6 +42,12 @@ FloatArray as_float32(const py::handle& obj, const char* name, py::ssize_t ndim)
   return FloatArray::ensure(arr);
 }
 
+// The kernels below read and write through raw pointers of their element type.
+void require_aligned(const py::array& arr, const char* name) {
+  if (!(arr.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    throw py::value_error(std::string(name) + ": array is not aligned");
+}
+
 // uint8 [N, C, H, W] -> [N, H, W, C] float32, bfloat16 or uint8 (out: float32, uint8, or 2-byte ints holding
 // bf16 bits, as PyTorch's tensor.view(torch.int16).numpy() gives them).
 void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_obj) {
@@ -60,8 +66,7 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
   auto check_layout = [](const py::array& arr, const char* name) {
     if (!(arr.flags() & py::array::c_style))
       throw py::value_error(std::string(name) + ": expected a C-contiguous array");
-    if (!(arr.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
-      throw py::value_error(std::string(name) + ": array is not aligned");
+    require_aligned(arr, name);
   };
   check_layout(src, "src");
   check_layout(out, "out");
@@ -88,14 +93,12 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
 // log-probabilities float32 [B]). See sample.h.
 py::tuple sample_categorical(const py::handle& logits_obj, const py::handle& u_obj) {
   FloatArray logits = as_float32(logits_obj, "logits", 2);
-  if (!(logits.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
-    throw py::value_error("logits: array is not aligned");
+  require_aligned(logits, "logits");
   if (!py::isinstance<py::array>(u_obj)) throw py::value_error("u: expected a numpy array");
   auto u_arr = py::reinterpret_borrow<py::array>(u_obj);
   if (!u_arr.dtype().is(py::dtype::of<double>()) || u_arr.ndim() != 1)
     throw py::value_error("u: expected a float64 array of 1 dimension");
-  if (!(u_arr.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
-    throw py::value_error("u: array is not aligned");
+  require_aligned(u_arr, "u");
   auto u = py::array_t<double, py::array::c_style>::ensure(u_arr);  // a copy only if strided
   const py::ssize_t b = logits.shape(0), n = logits.shape(1);
   if (u.shape(0) != b)

@@ -39,7 +39,7 @@ def test_uint8_relayout_is_the_permutation():
     out = np.empty((3, 7, 5, 4), np.uint8)
     _core.pixels_to_channels_last(src, out)
     np.testing.assert_array_equal(out, src.transpose(0, 2, 3, 1))
-    x = cnn.pixels_channels_last_u8(torch.from_numpy(src))
+    x = cnn.conv_input(torch.from_numpy(src), torch.uint8)
     assert x.shape == (3, 4, 7, 5) and x.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(x, torch.from_numpy(src))
 

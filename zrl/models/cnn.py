@@ -38,6 +38,7 @@ from torch.nn import functional as F
 
 from zrl import _core, spaces
 from zrl.config import ModelConfig
+from zrl.cpu import cpu_flags
 from zrl.models import preprocess
 
 __all__ = ["ImpalaShallow", "ImpalaDeep", "ResidualBlock", "Int8FirstConv", "build_cnn_torso", "int8_conv_supported", "use_int8_first_conv"]
@@ -55,12 +56,13 @@ def conv_input(obs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     On the CPU, for float32 and bfloat16, the result is in channels_last memory
     format, cast and relaid out in one pass by zrl's C++ kernel (~3-4 us per
     84x84x4 frame, against ~12 us for PyTorch's cast then relayout); the values
-    are the same as obs.to(dtype), exactly. Elsewhere (a GPU learner, other
-    dtypes) it is obs.to(dtype). The kernel works on the tensors' memory through
+    are the same as obs.to(dtype), exactly. For uint8 (the int8 first conv's
+    input) it is the relayout alone (~0.5 us per frame, PyTorch's ~10 us).
+    Elsewhere (a GPU learner, other dtypes) it is obs.to(dtype). The kernel works on the tensors' memory through
     numpy, so torch.jit.trace and torch.compile cannot see into it (zrl uses
     neither).
     """
-    if obs.dtype != torch.uint8 or obs.device.type != "cpu" or obs.dim() != 4 or dtype not in (torch.float32, torch.bfloat16):
+    if obs.dtype != torch.uint8 or obs.device.type != "cpu" or obs.dim() != 4 or dtype not in (torch.float32, torch.bfloat16, torch.uint8):
         return obs.to(dtype)
     n, c, h, w = obs.shape
     out = torch.empty((n, h, w, c), dtype=dtype, device=obs.device)
@@ -81,15 +83,6 @@ def _image_shape(obs_spec: spaces.Spec, network: str) -> tuple[int, int, int]:
         shape = getattr(obs_spec, "shape", None)
         raise ValueError(f"model.network {network} needs image observations [C, H, W], got shape {shape} (use mlp for vectors)")
     return obs_spec.shape  # type: ignore[return-value]
-
-
-def pixels_channels_last_u8(obs: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, C, H, W] -> the same values as a uint8 [N, C, H, W] tensor in channels_last memory
-    format, by zrl's C++ kernel (~0.5 us per 84x84x4 frame; PyTorch's own relayout ~10 us)."""
-    n, c, h, w = obs.shape
-    out = torch.empty((n, h, w, c), dtype=torch.uint8)
-    _core.pixels_to_channels_last(obs.contiguous().numpy(), out.numpy())
-    return out.permute(0, 3, 1, 2)
 
 
 _INT8_CONV: bool | None = None
@@ -119,11 +112,7 @@ def int8_conv_supported() -> bool:
     inference) computes a probe conv exactly. Decided once per process."""
     global _INT8_CONV
     if _INT8_CONV is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-        except OSError:
-            flags = []
+        flags = cpu_flags()
         vnni = "avx512_vnni" in flags or "avx_vnni" in flags or "amx_int8" in flags
         _INT8_CONV = bool(vnni and torch.backends.mkldnn.is_available() and _int8_conv_probe())
     return _INT8_CONV
@@ -150,11 +139,17 @@ class Int8FirstConv:
     learner's fp32 model like it does for a bf16 actor.
     """
 
+    @staticmethod
+    def fits(conv: nn.Module) -> bool:
+        """Whether `conv` is one this can run: a Conv2d with zero padding, groups 1 and a bias."""
+        return isinstance(conv, nn.Conv2d) and conv.padding_mode == "zeros" and conv.groups == 1 and conv.bias is not None
+
     def __init__(self, conv: nn.Conv2d, relu: bool):
-        if conv.padding_mode != "zeros" or conv.groups != 1 or conv.bias is None:
-            raise ValueError("Int8FirstConv: a conv with zero padding, groups 1 and a bias")
+        if not self.fits(conv):
+            raise ValueError("Int8FirstConv: a Conv2d with zero padding, groups 1 and a bias")
         self.conv = conv
         self.relu = relu
+        self._geometry = (list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups)
         self._source: torch.Tensor | None = None  # the weights last quantized
         self._packed: torch.Tensor | None = None  # oneDNN's opaque tensor: cannot be copied
         self._scales: torch.Tensor | None = None
@@ -170,8 +165,7 @@ class Int8FirstConv:
             raise ValueError("the first conv's weights are not finite (the learner diverged?): cannot act")
         scales = (w.abs().amax(dim=(1, 2, 3)) / 127.0).clamp_min(1e-12)
         q = torch.round(w / scales[:, None, None, None]).clamp_(-127, 127).to(torch.int8)
-        c = self.conv
-        self._packed = torch.ops.onednn.qconv_prepack(q, scales, 1.0 / 255.0, 0, list(c.stride), list(c.padding), list(c.dilation), c.groups, None)
+        self._packed = torch.ops.onednn.qconv_prepack(q, scales, 1.0 / 255.0, 0, *self._geometry, None)
         self._scales = scales
         self._source = self.conv.weight.detach().clone()
 
@@ -180,10 +174,9 @@ class Int8FirstConv:
         w = self.conv.weight
         if self._source is None or not torch.equal(self._source, w):
             self._quantize()
-        c = self.conv
         return torch.ops.onednn.qconv2d_pointwise(
-            pixels_channels_last_u8(obs), 1.0 / 255.0, 0, self._packed, self._scales, self._zero_points, c.bias,
-            list(c.stride), list(c.padding), list(c.dilation), c.groups, 1.0, 0, w.dtype, "relu" if self.relu else "none", [], "")
+            conv_input(obs, torch.uint8), 1.0 / 255.0, 0, self._packed, self._scales, self._zero_points, self.conv.bias,
+            *self._geometry, 1.0, 0, w.dtype, "relu" if self.relu else "none", [], "")
 
 
 class _Torso(nn.Module):
@@ -203,20 +196,17 @@ class _Torso(nn.Module):
         first = next(layers)
         q = self.int8_first_conv
         if q is not None and obs.dtype == torch.uint8 and obs.device.type == "cpu" and obs.dim() == 4 and not torch.is_grad_enabled():
-            x = q(obs)
+            x = q(obs)  # acting: see Int8FirstConv
             if q.relu:
                 next(layers)  # the ReLU, fused into the int8 conv
-            for layer in layers:
-                x = layer(x)
-            return torch.relu(self.fc(x.flatten(1)))
-        if obs.dtype != torch.uint8 or first.padding_mode != "zeros":
-            x = self.convs(preprocess(obs, self.fc.weight.dtype))
-            return torch.relu(self.fc(x.flatten(1)))
-        # uint8 frames: conv(x / 255, W) = conv(x, W / 255), so the 1/255 goes on the first
-        # conv's few weights instead of every pixel (a bf16 actor's forward pass: 10% less
-        # time). Pixel values 0..255 are exact in bf16; zero padding is zero either way.
-        x = F.conv2d(conv_input(obs, _input_dtype(obs, first.weight)), first.weight * (1.0 / 255.0), first.bias, first.stride,
-                     first.padding, first.dilation, first.groups)
+        elif obs.dtype == torch.uint8 and first.padding_mode == "zeros":
+            # uint8 frames: conv(x / 255, W) = conv(x, W / 255), so the 1/255 goes on the first
+            # conv's few weights instead of every pixel (a bf16 actor's forward pass: 10% less
+            # time). Pixel values 0..255 are exact in bf16; zero padding is zero either way.
+            x = F.conv2d(conv_input(obs, _input_dtype(obs, first.weight)), first.weight * (1.0 / 255.0), first.bias, first.stride,
+                         first.padding, first.dilation, first.groups)
+        else:
+            x = first(preprocess(obs, self.fc.weight.dtype))
         for layer in layers:
             x = layer(x)
         return torch.relu(self.fc(x.flatten(1)))
@@ -276,7 +266,7 @@ def use_int8_first_conv(model: nn.Module) -> bool:
     for torso in model.modules():
         if isinstance(torso, _Torso):
             convs = list(torso.convs)
-            if isinstance(convs[0], nn.Conv2d) and convs[0].padding_mode == "zeros" and convs[0].groups == 1 and convs[0].bias is not None:
+            if Int8FirstConv.fits(convs[0]):
                 torso.int8_first_conv = Int8FirstConv(convs[0], relu=len(convs) > 1 and isinstance(convs[1], nn.ReLU))
                 done = True
     return done

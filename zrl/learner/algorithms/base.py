@@ -8,6 +8,7 @@ import torch
 
 from zrl import spaces, wire
 from zrl.config import Config
+from zrl.cpu import cpu_flags
 from zrl.envs import Step
 
 # Builds the header and returns the frame for a message an actor algorithm
@@ -20,11 +21,7 @@ def _native_bf16(device_type: str) -> bool:
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device_type != "cpu":
         return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
+    flags = cpu_flags()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
