@@ -107,7 +107,8 @@ already in tensors (target: at most 1.10).
 
 **Pong actor -> sink is at its 0.8 target in the table (0.84) but not
 reliably: 0.77-0.79 in one A/B session, 0.70-0.75 in another an hour later,
-same code** (11-24, after the int8 first conv and the C++ draw below; the
+0.78-0.88 (median 0.80, 4 runs) in a third on a quieter machine, same code**
+(11-24, after the int8 first conv and the C++ draw below; the
 table's run had a slow raw env, 7,186 steps/s against 7,100-7,800 in the A/B
 runs; 0.70-0.77 before them). **With a core of
 its own for the policy it runs at the
@@ -187,7 +188,10 @@ What moved it, each A/B in alternating runs:
   (32 in 2): 0.67-0.71, the same within noise (11-24, with channels-last:
   24 in 3 0.756 against 0.762; with the int8 first conv, 4 rounds: 16 in 2
   median 0.718 (0.70-0.75), 24 in 3 0.786 (0.68-0.82), 32 in 4 0.736
-  (0.71-0.76), each against its own raw env); one emulator thread per group: 0.65 (11-24:
+  (0.71-0.76), each against its own raw env; on a quieter machine, raw at
+  7.3-8.4k, 4 rounds: 16 in 2 median 0.802 (0.78-0.88), 32 in 2 0.815
+  (0.76-0.88), 24 in 2 0.829 (0.78-0.86), acting on 16 or 12 frames a call
+  instead of 8); one emulator thread per group: 0.65 (11-24:
   0.653 against 0.706); TorchScript freezing: 10% off the forward pass, but
   it would have to be redone on every weights update; oneDNN-prepacked
   weights with the ReLUs fused (PyTorch's private `mkldnn` ops): act() on

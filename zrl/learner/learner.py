@@ -87,6 +87,42 @@ def publishable(flat: torch.Tensor) -> np.ndarray:
     return flat.detach().to("cpu", torch.float32).numpy()
 
 
+class HostWeights:
+    """The flat weights on the host, for publishing, without making the training loop wait.
+
+    On CPU the host array is the buffer itself: `start(v)` makes version v ready at once.
+    On a GPU, `start(v)` queues a copy into pinned memory behind the update and records an
+    event; `ready()` hands the copy over once the stream has passed the event. The next
+    update's V-trace round trip waits for the stream anyway, so a version is published one
+    update late at no extra synchronisation (a blocking `.cpu()` per update was a second
+    round trip). While a copy is in flight, `start` skips: a newer version follows.
+    """
+
+    def __init__(self, flat: torch.Tensor):
+        self.flat = flat
+        self.pending: int | None = None
+        self.gpu = flat.device.type == "cuda"
+        if self.gpu:
+            self.host = torch.empty(flat.shape, dtype=torch.float32, pin_memory=True)
+            self.event = torch.cuda.Event()
+
+    def start(self, version: int) -> None:
+        if self.pending is not None:
+            return
+        if self.gpu:
+            self.host.copy_(self.flat.detach(), non_blocking=True)
+            self.event.record()
+        self.pending = version
+
+    def ready(self) -> tuple[int, np.ndarray] | None:
+        """(version, float32 weights) once a started copy has landed, else None. The array
+        is valid until the next `start` (the caller encodes it into a frame right away)."""
+        if self.pending is None or (self.gpu and not self.event.query()):
+            return None
+        version, self.pending = self.pending, None
+        return version, (self.host.numpy() if self.gpu else publishable(self.flat))
+
+
 class Learner:
     def __init__(
         self,
@@ -211,6 +247,7 @@ class Learner:
         algo = self.algo_cls(self.config, obs_spec, action_spec)
         model = algo.build_model().to(self.device)
         self.flat = flatten_parameters(model)  # publishing reads this buffer
+        self.host_weights = HostWeights(self.flat)
         lc = self.config.learner
         if lc.optimizer == "adam":
             opt = torch.optim.Adam(model.parameters(), lr=lc.learning_rate, betas=lc.adam_betas, eps=lc.adam_eps)
@@ -557,8 +594,11 @@ class Learner:
             samples += n_samples
             self.run_samples += n_samples
             self.run_train_s += time.perf_counter() - t_got
+            # Publish what has landed, then start this update's copy (on CPU it lands at once).
+            self._publish_ready()
             if self.updates % lc.publish_interval == 0:
-                self._publish()
+                self.host_weights.start(self.updates)
+                self._publish_ready()
             # Summed as tensors and read only when logging: float() here would
             # synchronise with a GPU on every update.
             for k, v in stats.items():
@@ -583,11 +623,16 @@ class Learner:
                 return "time limit"
         return "interrupted"
 
-    def _publish(self) -> None:
-        frame = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": publishable(self.flat)}, policy_version=self.updates))
+    def _publish_ready(self) -> None:
+        landed = self.host_weights.ready()
+        if landed is not None:
+            self._publish(*landed)
+
+    def _publish(self, version: int, params: np.ndarray) -> None:
+        frame = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=version))
         # Hello replies carry these weights: a read-only view into the (immutable) frame,
         # so the receiver thread never reads the buffer the optimiser is writing.
-        self._latest_weights = (self.updates, wire.decode(frame).arrays["params"])
+        self._latest_weights = (version, wire.decode(frame).arrays["params"])
         try:
             self.pub.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:
