@@ -105,16 +105,15 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Pong actor -> sink is at its 0.8 target in the table (0.84) but not
-reliably: 0.77-0.79 in one A/B session, 0.70-0.75 in another an hour later,
-0.78-0.88 (median 0.80, 4 runs) in a third on a quieter machine, same code**
-(11-24, after the int8 first conv and the C++ draw below; the
-table's run had a slow raw env, 7,186 steps/s against 7,100-7,800 in the A/B
-runs; 0.70-0.77 before them). **With a core of
-its own for the policy it runs at the
-emulator's speed: 0.962** (the row "emulator on 1 core": every emulator
-thread pinned to one core, in the actor and in the raw env alike, so the
-other core is the policy's; 0.96-1.02 in earlier runs). On 2 cores the
+**Pong actor -> sink is at its 0.8 target in some runs, not reliably: 0.753
+in the table (its raw env ran fast, 8,396 steps/s), 0.84 in the run before
+it (raw 7,186), 0.77-0.79 in one A/B session, 0.70-0.75 in another an hour
+later, 0.78-0.88 (median 0.80, 4 runs) in a third on a quieter machine, same
+code** (11-24, after the int8 first conv and the C++ draw below; 0.70-0.77
+before them). **With a core of its own for the policy it runs at the
+emulator's speed: 0.909 in the table** (the row "emulator on 1 core": every
+emulator thread pinned to one core, in the actor and in the raw env alike, so
+the other core is the policy's; 0.96-1.02 in earlier runs). On 2 cores the
 emulator alone keeps both cores busy (raw: 263 µs of CPU per env step at
 1.93 cores), so every µs the policy spends comes out of the emulator's
 share. Profile of one actor on 11-24, before the int8 first conv (8 envs
