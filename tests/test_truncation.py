@@ -86,7 +86,7 @@ def captured_vtrace_inputs(monkeypatch, algo, model, batch):
 
 @pytest.mark.parametrize("kind", ["truncated", "terminated"])
 def test_learner_bootstraps_truncation_from_final_obs(monkeypatch, kind):
-    cfg = small_config()
+    cfg = small_config("algo.reward_scale=1.0")  # rewards as they come (the scale has its own test below)
     algo = algorithms.get("impala")(cfg, OBS, ACT)
     model = algo.build_model()
     gamma = cfg.algo.discount
@@ -109,3 +109,28 @@ def test_learner_bootstraps_truncation_from_final_obs(monkeypatch, kind):
     mask[t, b] = False
     assert torch.all(seen["rewards"][mask] == 1.0)
     assert torch.allclose(seen["discounts"][mask], torch.full_like(seen["discounts"][mask], gamma))
+
+
+def test_reward_scale_applies_after_clipping_and_to_the_bootstrap_rewards_only(monkeypatch):
+    cfg = small_config("algo.reward_clip=2.0", "algo.reward_scale=0.1")
+    algo = algorithms.get("impala")(cfg, OBS, ACT)
+    model = algo.build_model()
+    batch = make_batch()
+    batch["reward"] = torch.tensor([[5.0, 1.0], [-3.0, 0.5], [0.0, 2.0]])
+    batch["truncated"][1, 1] = True
+    batch["final_index"] = torch.tensor([1 * 2 + 1])
+    batch["final_obs"] = torch.tensor([[0.3, -0.2, 0.1, 0.05]])
+    seen = captured_vtrace_inputs(monkeypatch, algo, model, batch)
+    with torch.no_grad():
+        v_final = model.value_only(batch["final_obs"])[0].item()
+    # clip to [-2, 2], then scale; the truncated step adds gamma * V(final_obs) unscaled
+    # (the value net already predicts scaled returns).
+    expect = torch.tensor([[0.2, 0.1], [-0.2, 0.05 + cfg.algo.discount * v_final], [0.0, 0.2]])
+    torch.testing.assert_close(seen["rewards"], expect)
+
+
+def test_reward_scale_must_be_positive():
+    from zrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="algo.reward_scale"):
+        small_config("algo.reward_scale=0")

@@ -146,6 +146,11 @@ class ImpalaConfig:
     """Weight of the entropy bonus."""
     reward_clip: Optional[float] = None
     """Clip rewards to [-x, x] on the learner (None: no clipping)."""
+    reward_scale: float = 1.0
+    """Multiply rewards by this on the learner, after clipping, so that the value net fits
+    returns of a smaller size: Adam moves each weight by about the learning rate per step,
+    so values in the hundreds take thousands of updates to reach. Episode returns in logs
+    and stop targets stay unscaled."""
     normalize_advantages: bool = False
     """Standardise policy-gradient advantages over the batch."""
 
@@ -158,6 +163,7 @@ class ImpalaConfig:
         _check(self.baseline_cost >= 0, "algo.baseline_cost", "must be >= 0")
         _check(self.entropy_cost >= 0, "algo.entropy_cost", "must be >= 0")
         _check(self.reward_clip is None or self.reward_clip > 0, "algo.reward_clip", "must be > 0 or null")
+        _check(self.reward_scale > 0, "algo.reward_scale", "must be > 0")
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,8 @@ class Impala(Algorithm):
         rewards = batch["reward"].float()
         if hp.reward_clip is not None:
             rewards = rewards.clamp(-hp.reward_clip, hp.reward_clip)
+        if hp.reward_scale != 1.0:
+            rewards = rewards * hp.reward_scale
         discounts = hp.discount * (~batch["terminated"]).float()
         if M:
             # Truncated steps: bootstrap from V(final_obs) here, then cut the trace.
