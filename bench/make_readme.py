@@ -226,6 +226,10 @@ climbs to 200-270 (an error of ~15-20 in the value) while the return falls
 from ~300 back to 100-170 and stays there. Scaled by 0.1 the values stay under
 ~18. The advantages are normalized per batch, so the scale leaves the policy
 gradient alone. Episode returns in logs, and the stop target, stay unscaled.
+Ape-X has the same knob (it scales the n-step rewards in the TD targets and
+the actors' initial priorities), but 0.1 did not help `cartpole_apex`
+(seeds 600-605, alternating): 15.0-21.8 s in 6 runs without; 16.7-36.7 s in 4
+runs with, and a fifth short of 475 at 40 s. Its config stays unscaled.
 
 Settings tried before that one, which did not remove the stalls (11-24;
 seeds 100-360, capped at 25 s, alternating; "failed": no 475 by then):

@@ -109,8 +109,9 @@ def test_recorder_builds_n_step_transitions_like_the_reference():
     assert np.all(a["priority"] > 0)
 
 
-def test_initial_priority_is_the_actors_td_error():
-    cfg = apex_config("algo.n_step=1", "algo.discount=0.5")
+@pytest.mark.parametrize("scale", [1.0, 0.1])
+def test_initial_priority_is_the_actors_td_error(scale):
+    cfg = apex_config("algo.n_step=1", "algo.discount=0.5", f"algo.reward_scale={scale}")
     algo = algorithms.get("apex_dqn")(cfg, OBS, ACT)
     model = algo.build_model()
     rec = algo.make_recorder(model, num_envs=1, sender=Sender(0))
@@ -123,8 +124,30 @@ def test_initial_priority_is_the_actors_td_error():
     rec.record(np.array([2]), {"q_sa": q0[2:3].numpy()})
     rec.observe(Step(obs1, np.array([1.0], np.float32), np.array([False]), np.array([False]), {}))
     msg = wire.decode(bytes(rec._message()[0]))
-    want = abs(1.0 + 0.5 * q1.max().item() - q0[2].item()) + cfg.algo.priority_eps
+    want = abs(scale * 1.0 + 0.5 * q1.max().item() - q0[2].item()) + cfg.algo.priority_eps
     assert msg.arrays["priority"][0] == pytest.approx(want, rel=1e-5)
+    assert msg.arrays["reward"][0] == 1.0  # the wire carries the reward as the env gave it
+
+
+def test_learner_td_target_scales_the_reward():
+    cfg = apex_config("algo.reward_scale=0.1", "learner.precision=fp32")
+    algo = algorithms.get("apex_dqn")(cfg, OBS, ACT)
+    model = algo.build_model()
+    g = torch.Generator().manual_seed(0)
+    N = 5
+    batch = {
+        "obs": torch.randn(N, 2, generator=g),
+        "action": torch.randint(0, 3, (N,), generator=g),
+        "reward": torch.tensor([10.0, -5.0, 0.0, 1.0, 100.0]),
+        "discount": torch.tensor([0.9, 0.0, 0.9, 0.5, 0.9]),
+        "next_obs": torch.randn(N, 2, generator=g),
+        "weights": torch.ones(N),
+    }
+    algo.loss(model, batch)  # the target net starts as a copy of the online net
+    with torch.no_grad():
+        q = model(batch["obs"]).gather(1, batch["action"][:, None])[:, 0]
+        q_next = model(batch["next_obs"]).max(1).values  # double Q with equal nets: the max
+    torch.testing.assert_close(algo._td, 0.1 * batch["reward"] + batch["discount"] * q_next - q)
 
 
 def test_actor_epsilons_follow_the_paper():

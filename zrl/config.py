@@ -199,6 +199,10 @@ class ApexDQNConfig:
     eps_alpha: float = 7.0
     huber_delta: float = 1.0
     """Huber loss threshold on the TD error."""
+    reward_scale: float = 1.0
+    """Multiply the n-step rewards by this in the TD targets (learner) and the initial
+    priorities (actors), so that Q-values are of a smaller size (as algo.reward_scale of
+    IMPALA). Episode returns in logs and stop targets stay unscaled."""
     replay_checkpoint: bool = False
     """Save the replay contents with each checkpoint and restore them on resume."""
     max_transitions_per_message: int = 4096
@@ -217,6 +221,7 @@ class ApexDQNConfig:
         _check(0.0 <= self.eps_base <= 1.0, "algo.eps_base", "must be in [0, 1]")
         _check(self.eps_alpha >= 0, "algo.eps_alpha", "must be >= 0")
         _check(self.huber_delta > 0, "algo.huber_delta", "must be > 0")
+        _check(self.reward_scale > 0, "algo.reward_scale", "must be > 0")
         _check(self.max_transitions_per_message >= 1, "algo.max_transitions_per_message", "must be >= 1")
 
 

@@ -161,7 +161,7 @@ class ApexRecorder(Recorder):
         # Initial priorities: |R + discount * max_a Q(s', a) - Q(s, a)| under this actor's net.
         with torch.inference_mode():
             q_next = self.model(torch.from_numpy(arrays["next_obs"])).max(1).values.float().numpy()
-        td = arrays["reward"] + arrays["discount"] * q_next - arrays.pop("q_sa")
+        td = arrays["reward"] * self.hp.reward_scale + arrays["discount"] * q_next - arrays.pop("q_sa")
         arrays["priority"] = (np.abs(td) + self.hp.priority_eps).astype(np.float32)
         return [self.sender.encode(wire.Kind.TRAJECTORY, arrays, self.policy_version)]
 
@@ -279,7 +279,7 @@ class ApexDQN(Algorithm):
                 else:
                     q_next = self.target(batch["next_obs"]).float().max(1).values
         with torch.no_grad():
-            target = batch["reward"] + batch["discount"] * q_next
+            target = batch["reward"] * self.hp.reward_scale + batch["discount"] * q_next
         td = target - q
         loss = (batch["weights"] * torch.nn.functional.huber_loss(q, target, reduction="none", delta=self.hp.huber_delta)).mean()
         self._td = td.detach()
