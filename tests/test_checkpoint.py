@@ -1,6 +1,7 @@
 """Checkpoints: resume continues the counters; incompatible or corrupt ones are refused."""
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -100,3 +101,15 @@ def test_other_format_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="format"):
         checkpoint.load(p)
     os.unlink(p)
+
+
+def test_resume_with_another_reward_scale_warns(tmp_path, endpoint, make_learner, make_actor, caplog):
+    cfg = small_config()  # the default config: algo.reward_scale 0.1
+    logdir = tmp_path / "run"
+    first, _ = train_a_little(make_learner, make_actor, cfg, logdir, 2)
+    first.close()
+    with caplog.at_level(logging.INFO, logger="zrl.learner"):
+        make_learner(cfg, logdir=logdir, resume=True, start=False, bind=endpoint + "-same")
+        assert "reward_scale" not in caplog.text
+        make_learner(small_config("algo.reward_scale=1.0"), logdir=logdir, resume=True, start=False, bind=endpoint + "-other")
+    assert "trained with algo.reward_scale 0.1, this config has 1.0" in caplog.text

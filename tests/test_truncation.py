@@ -129,8 +129,9 @@ def test_reward_scale_applies_after_clipping_and_to_the_bootstrap_rewards_only(m
     torch.testing.assert_close(seen["rewards"], expect)
 
 
-def test_reward_scale_must_be_positive():
+@pytest.mark.parametrize("bad", ["0", "-1", ".inf", ".nan"])
+def test_reward_scale_must_be_positive_and_finite(bad):
     from zrl.config import ConfigError
 
     with pytest.raises(ConfigError, match="algo.reward_scale"):
-        small_config("algo.reward_scale=0")
+        small_config(f"algo.reward_scale={bad}")

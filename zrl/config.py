@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -150,7 +151,8 @@ class ImpalaConfig:
     """Multiply rewards by this on the learner, after clipping, so that the value net fits
     returns of a smaller size: Adam moves each weight by about the learning rate per step,
     so values in the hundreds take thousands of updates to reach. Episode returns in logs
-    and stop targets stay unscaled."""
+    and stop targets stay unscaled; values and losses (vtrace/mean_vs, loss/baseline) are
+    in scaled units."""
     normalize_advantages: bool = False
     """Standardise policy-gradient advantages over the batch."""
 
@@ -163,7 +165,7 @@ class ImpalaConfig:
         _check(self.baseline_cost >= 0, "algo.baseline_cost", "must be >= 0")
         _check(self.entropy_cost >= 0, "algo.entropy_cost", "must be >= 0")
         _check(self.reward_clip is None or self.reward_clip > 0, "algo.reward_clip", "must be > 0 or null")
-        _check(self.reward_scale > 0, "algo.reward_scale", "must be > 0")
+        _check(0 < self.reward_scale < math.inf, "algo.reward_scale", "must be > 0 and finite")
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,8 @@ class ApexDQNConfig:
     reward_scale: float = 1.0
     """Multiply the n-step rewards by this in the TD targets (learner) and the initial
     priorities (actors), so that Q-values are of a smaller size (as algo.reward_scale of
-    IMPALA). Episode returns in logs and stop targets stay unscaled."""
+    IMPALA). Episode returns in logs and stop targets stay unscaled; Q-values and TD errors
+    (q/mean, q/td_abs, priorities) are in scaled units."""
     replay_checkpoint: bool = False
     """Save the replay contents with each checkpoint and restore them on resume."""
     max_transitions_per_message: int = 4096
@@ -221,7 +224,7 @@ class ApexDQNConfig:
         _check(0.0 <= self.eps_base <= 1.0, "algo.eps_base", "must be in [0, 1]")
         _check(self.eps_alpha >= 0, "algo.eps_alpha", "must be >= 0")
         _check(self.huber_delta > 0, "algo.huber_delta", "must be > 0")
-        _check(self.reward_scale > 0, "algo.reward_scale", "must be > 0")
+        _check(0 < self.reward_scale < math.inf, "algo.reward_scale", "must be > 0 and finite")
         _check(self.max_transitions_per_message >= 1, "algo.max_transitions_per_message", "must be >= 1")
 
 

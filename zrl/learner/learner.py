@@ -95,7 +95,8 @@ class HostWeights:
     event; `ready()` hands the copy over once the stream has passed the event. The next
     update's V-trace round trip waits for the stream anyway, so a version is published one
     update late at no extra synchronisation (a blocking `.cpu()` per update was a second
-    round trip). While a copy is in flight, `start` skips: a newer version follows.
+    round trip). While a copy is in flight, `start` skips: a newer version follows. The
+    last copy of a run may go unpublished; the final checkpoint has those weights.
     """
 
     def __init__(self, flat: torch.Tensor):
@@ -105,13 +106,15 @@ class HostWeights:
         if self.gpu:
             self.host = torch.empty(flat.shape, dtype=torch.float32, pin_memory=True)
             self.event = torch.cuda.Event()
+            self.stream = torch.cuda.current_stream(flat.device)  # the learner's, on its own GPU (cuda:N too)
 
     def start(self, version: int) -> None:
         if self.pending is not None:
             return
         if self.gpu:
-            self.host.copy_(self.flat.detach(), non_blocking=True)
-            self.event.record()
+            with torch.cuda.stream(self.stream):
+                self.host.copy_(self.flat.detach(), non_blocking=True)
+            self.event.record(self.stream)
         self.pending = version
 
     def ready(self) -> tuple[int, np.ndarray] | None:
@@ -238,6 +241,11 @@ class Learner:
         path, state = found
         obs, act = state.get("obs_spec"), state.get("action_spec")
         checkpoint.check_compatible(path, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
+        theirs = (state.get("config") or {}).get("algo", {}).get("reward_scale", 1.0)
+        ours = getattr(self.config.algo, "reward_scale", 1.0)
+        if theirs != ours:
+            self._say(f"warning: {path} was trained with algo.reward_scale {theirs}, this config has {ours}; "
+                      "the value estimates start off by that ratio")
         self._resume_state = state
         self._resume_path = path
 
