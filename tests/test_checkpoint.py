@@ -113,3 +113,12 @@ def test_resume_with_another_reward_scale_warns(tmp_path, endpoint, make_learner
         assert "reward_scale" not in caplog.text
         make_learner(small_config("algo.reward_scale=1.0"), logdir=logdir, resume=True, start=False, bind=endpoint + "-other")
     assert "trained with algo.reward_scale 0.1, this config has 1.0" in caplog.text
+
+
+def test_algo_changes_counts_a_setting_the_checkpoint_lacks_as_its_default_then():
+    cfg = small_config()  # algo.reward_scale 0.1, discount 0.995
+    saved = cfg.to_dict()
+    del saved["algo"]["reward_scale"]  # a checkpoint from before the setting existed (1.0 then)
+    saved["algo"]["discount"] = 0.99
+    assert checkpoint.algo_changes({"config": saved}, cfg) == [("discount", 0.99, 0.995), ("reward_scale", 1.0, 0.1)]
+    assert checkpoint.algo_changes({"config": cfg.to_dict()}, cfg) == []

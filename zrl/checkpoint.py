@@ -9,6 +9,7 @@ checkpoint intact; the last K are kept.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -95,6 +96,16 @@ def check_compatible(path: Path, state: dict[str, Any], model_hash: str, shaping
         if theirs.get(key) != shaping.get(key):
             diffs.append(f"{key}: checkpoint has {theirs.get(key)!r}, config has {shaping.get(key)!r}")
     raise CheckpointError(f"{path} was written for a different model and cannot be resumed: " + "; ".join(diffs or ["model hash differs"]))
+
+
+def algo_changes(state: dict[str, Any], config) -> list[tuple[str, Any, Any]]:
+    """(key, checkpoint's value, config's value) for each algorithm hyper-parameter that
+    differs from the checkpoint's run. Resuming with them is allowed (the learner warns):
+    some change what the trained nets mean (algo.discount, algo.reward_scale). A setting the
+    checkpoint's config lacks (added to zrl since) had its default then."""
+    ours = config.to_dict()["algo"]
+    theirs = {**dataclasses.asdict(type(config.algo)()), **state["config"].get("algo", {})}
+    return [(k, theirs.get(k), v) for k, v in ours.items() if theirs.get(k) != v]
 
 
 def load_latest(ckdir: Path) -> tuple[Path, dict[str, Any]] | None:

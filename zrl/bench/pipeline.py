@@ -136,7 +136,7 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     from zrl.envs import probe_specs
     from zrl.learner import algorithms
     from zrl.learner.algorithms.base import Sender
-    from zrl.learner.learner import HostWeights
+    from zrl.learner.learner import publishable
     from zrl.models import flatten_parameters
 
     torch.set_num_threads(cfg.learner.torch_threads)
@@ -175,7 +175,7 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     m1, o1 = make(1)
     torch.manual_seed(1)
     m2 = algo.build_model()
-    host2 = HostWeights(flatten_parameters(m2))  # as the learner does, before its optimiser
+    flat2 = flatten_parameters(m2)  # as the learner does, before its optimiser
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-4)
 
     def plain_step():
@@ -195,8 +195,7 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m2.parameters(), cfg.learner.max_grad_norm)
         o2.step()
-        host2.start(0)  # publishing, every update here
-        wire.encode(wire.Kind.WEIGHTS, {"params": host2.ready()[1]})
+        wire.encode(wire.Kind.WEIGHTS, {"params": publishable(flat2)})  # publishing, every update here
 
     for f in (plain_step, zrl_step):
         f()

@@ -241,11 +241,8 @@ class Learner:
         path, state = found
         obs, act = state.get("obs_spec"), state.get("action_spec")
         checkpoint.check_compatible(path, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
-        theirs = (state.get("config") or {}).get("algo", {}).get("reward_scale", 1.0)
-        ours = getattr(self.config.algo, "reward_scale", 1.0)
-        if theirs != ours:
-            self._say(f"warning: {path} was trained with algo.reward_scale {theirs}, this config has {ours}; "
-                      "the value estimates start off by that ratio")
+        for key, theirs, ours in checkpoint.algo_changes(state, self.config):
+            self._say(f"warning: {path} was trained with algo.{key} {theirs!r}, this config has {ours!r}")
         self._resume_state = state
         self._resume_path = path
 
