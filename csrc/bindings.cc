@@ -674,7 +674,7 @@ void bind_gate(py::module_& m) {
       .def(
           "add",
           [](zrl::FrameGate& self, py::bytes block, uint64_t first, uint64_t end,
-             const py::iterable& bounds) {
+             const py::iterable& bounds, const py::iterable& marks) {
             std::vector<zrl::GateBound> bs;
             for (py::handle item : bounds) {
               auto t = item.cast<py::tuple>();
@@ -683,11 +683,22 @@ void bind_gate(py::module_& m) {
               bs.push_back(zrl::GateBound{t[0].cast<uint64_t>(), t[1].cast<uint64_t>(),
                                           t[2].cast<uint32_t>(), t[3].cast<uint64_t>()});
             }
-            return self.add(std::string(block), first, end, bs);
+            std::vector<zrl::GateMarks> ms;
+            for (py::handle item : marks) {
+              auto t = item.cast<py::tuple>();
+              if (t.size() != 5)
+                throw py::value_error(
+                    "marks: expected (index_offset, index_count, marked_offset, excluded_offset, flags_count) tuples");
+              ms.push_back(zrl::GateMarks{t[0].cast<uint64_t>(), t[1].cast<uint64_t>(), t[2].cast<uint64_t>(),
+                                          t[3].cast<uint64_t>(), t[4].cast<uint64_t>()});
+            }
+            return self.add(std::string(block), first, end, bs, ms);
           },
-          py::arg("block"), py::arg("first"), py::arg("end"), py::arg("bounds"),
-          "Registers a descriptor block with the arrays' byte span and the bounds "
-          "[(offset, count, itemsize, bound)]; returns its id (a full gate reuses its slots in turn).")
+          py::arg("block"), py::arg("first"), py::arg("end"), py::arg("bounds"), py::arg("marks") = py::tuple(),
+          "Registers a descriptor block with the arrays' byte span, the bounds "
+          "[(offset, count, itemsize, bound)] and the marks rules [(index_offset, index_count, "
+          "marked_offset, excluded_offset, flags_count)]; returns its id (a full gate reuses its "
+          "slots in turn).")
       .def("clear", &zrl::FrameGate::clear)
       .def("__len__", &zrl::FrameGate::size)
       .def("check", &gate_check, py::arg("frame"),
@@ -727,7 +738,9 @@ PyType_Slot kZmqFrameSlots[] = {
     {Py_tp_doc, const_cast<char*>("A received message, freed with its last view.")},
     {0, nullptr}};
 
-PyType_Spec kZmqFrameSpec = {"zrl._core.ZmqFrame", sizeof(ZmqFrameObject), 0, Py_TPFLAGS_DEFAULT, kZmqFrameSlots};
+// Only drain makes them (Python cannot: an instance without a message would crash).
+PyType_Spec kZmqFrameSpec = {"zrl._core.ZmqFrame", sizeof(ZmqFrameObject), 0,
+                             Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, kZmqFrameSlots};
 
 PyTypeObject* zmq_frame_type = nullptr;  // made in bind_native
 

@@ -23,13 +23,33 @@ T load(const uint8_t* p) {
 
 template <typename T>
 bool all_below(const uint8_t* p, uint64_t count, uint64_t bound) {
-  // The max, not an early exit: the loop vectorises, and bad frames are rare.
-  T hi = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    T v = load<T>(p + i * sizeof(T));
-    hi = v > hi ? v : hi;
+  if (bound > static_cast<uint64_t>(static_cast<T>(~T{0}))) return true;  // every T is below it
+  // An OR of compares, not an early exit: the loop vectorises, and bad frames are rare.
+  const T b = static_cast<T>(bound);
+  T bad = 0;
+  for (uint64_t i = 0; i < count; ++i) bad |= static_cast<T>(load<T>(p + i * sizeof(T)) >= b);
+  return bad == 0;
+}
+
+bool marks_hold(const uint8_t* data, const GateMarks& m) {
+  const uint8_t* marked = data + m.marked_offset;
+  const uint8_t* excluded = data + m.excluded_offset;
+  const uint8_t* index = data + m.index_offset;
+  uint64_t j = 0;
+  for (uint64_t p = 0; p < m.flags_count; ++p) {
+    if (p % 8 == 0 && p + 8 <= m.flags_count && load<uint64_t>(marked + p) == 0) {
+      p += 7;  // eight clear flags at once: truncations are rare
+      continue;
+    }
+    if (marked[p] == 0) continue;
+    if (j == m.index_count || load<uint32_t>(index + 4 * j) != p || excluded[p] != 0) return false;
+    ++j;
   }
-  return count == 0 || static_cast<uint64_t>(hi) < bound;
+  return j == m.index_count;
+}
+
+bool inside(uint64_t offset, uint64_t bytes, uint64_t first, uint64_t end) {
+  return offset >= first && offset <= end && bytes <= end - offset;
 }
 
 }  // namespace
@@ -37,7 +57,7 @@ bool all_below(const uint8_t* p, uint64_t count, uint64_t bound) {
 FrameGate::FrameGate(uint16_t kind, uint64_t max_bytes) : kind_(kind), max_bytes_(max_bytes) {}
 
 int FrameGate::add(const std::string& block, uint64_t first, uint64_t end,
-                   const std::vector<GateBound>& bounds) {
+                   const std::vector<GateBound>& bounds, const std::vector<GateMarks>& marks) {
   if (block.empty() || block.size() % kDescriptorSize != 0 ||
       block.size() / kDescriptorSize > kMaxArrays)
     throw std::invalid_argument("descriptor block of " + std::to_string(block.size()) +
@@ -50,13 +70,18 @@ int FrameGate::add(const std::string& block, uint64_t first, uint64_t end,
     if (b.offset < first || b.offset > end || b.count > (end - b.offset) / b.itemsize)
       throw std::invalid_argument("bound's array lies outside the arrays' span");
   }
+  for (const GateMarks& m : marks) {
+    if (m.index_count > (end - first) / 4 || !inside(m.index_offset, 4 * m.index_count, first, end) ||
+        !inside(m.marked_offset, m.flags_count, first, end) || !inside(m.excluded_offset, m.flags_count, first, end))
+      throw std::invalid_argument("marks rule's arrays lie outside the arrays' span");
+  }
   if (layouts_.size() < kMaxLayouts) {
-    layouts_.push_back(Layout{block, first, end, bounds});
+    layouts_.push_back(Layout{block, first, end, bounds, marks});
     return static_cast<int>(layouts_.size() - 1);
   }
   const std::size_t slot = next_;
   next_ = (next_ + 1) % kMaxLayouts;
-  layouts_[slot] = Layout{block, first, end, bounds};
+  layouts_[slot] = Layout{block, first, end, bounds, marks};
   return static_cast<int>(slot);
 }
 
@@ -93,6 +118,9 @@ GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
         default: ok = all_below<uint64_t>(p, b.count, b.bound); break;
       }
       if (!ok) return r;
+    }
+    for (const GateMarks& m : L.marks) {
+      if (!marks_hold(data, m)) return r;
     }
     r.layout = static_cast<int>(i);
     r.sender_id = load<uint32_t>(data + 8);

@@ -15,7 +15,11 @@
 //   - the descriptor block, byte for byte against the registered ones;
 //   - that the arrays lie after the meta and inside the frame;
 //   - every bound: each element, read as unsigned, is < bound (so a negative
-//     signed value fails too).
+//     signed value fails too);
+//   - every marks rule: an int32 index array lists, in increasing order, exactly
+//     the positions where a flag array (bytes) is non-zero, and a second flag
+//     array is zero at each of them (IMPALA: final_index names each truncated
+//     step, and none of them is also terminated).
 //
 // The gate only ever vouches: a frame it does not accept (unknown block, or
 // any check failing) goes to the Python path, which rejects it with a reason
@@ -37,6 +41,14 @@ struct GateBound {
   uint64_t count = 0;   // elements
   uint32_t itemsize = 0;  // 1, 2, 4 or 8
   uint64_t bound = 0;   // every element, as unsigned, must be < bound
+};
+
+struct GateMarks {
+  uint64_t index_offset = 0;     // int32 positions, from the frame's start
+  uint64_t index_count = 0;
+  uint64_t marked_offset = 0;    // flags_count bytes: index lists where these are non-zero ...
+  uint64_t excluded_offset = 0;  // ... and these are zero there
+  uint64_t flags_count = 0;
 };
 
 struct GateResult {
@@ -61,7 +73,8 @@ class FrameGate {
   // caller forgets the layout it held). Throws std::invalid_argument for a
   // malformed block or bound. A sender's stream has one layout per (K, M) seen,
   // and `check` scans them in order, so a handful is the usual case.
-  int add(const std::string& block, uint64_t first, uint64_t end, const std::vector<GateBound>& bounds);
+  int add(const std::string& block, uint64_t first, uint64_t end, const std::vector<GateBound>& bounds,
+          const std::vector<GateMarks>& marks = {});
   void clear();
   std::size_t size() const { return layouts_.size(); }
 
@@ -72,6 +85,7 @@ class FrameGate {
     std::string block;
     uint64_t first = 0, end = 0;
     std::vector<GateBound> bounds;
+    std::vector<GateMarks> marks;
   };
   uint16_t kind_;
   uint64_t max_bytes_;

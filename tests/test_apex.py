@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from zrl import spaces, wire
+from zrl import checkpoint, spaces, wire
 from zrl.config import load_config
 from zrl.envs import Step
 from zrl.learner import algorithms
@@ -185,6 +185,14 @@ def test_replay_is_checkpointed_when_asked(tmp_path, endpoint, make_learner, mak
     size = len(learner.algo.replay)
     learner.close()
     resumed, _ = make_learner(cfg, logdir=tmp_path / "run", resume=True, bind=endpoint + "-2", start=False)
+    # A resumed run that stops before its first update (a step limit already reached,
+    # Ctrl-C while refilling) saves over the same checkpoint: the target net and replay it
+    # loaded must still be in it.
+    path = resumed.save_checkpoint(1.0)
+    assert path == checkpoint.path_for(tmp_path / "run" / "checkpoints", learner.updates)
+    saved = checkpoint.load(path)["algo"]
+    assert set(saved) >= {"target", "replay", "updates"}
+    assert int(saved["replay"]["size"]) == size
     resumed.algo._ensure_replay()
     assert len(resumed.algo.replay) == size
     assert resumed.updates == learner.updates

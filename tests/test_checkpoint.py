@@ -122,3 +122,61 @@ def test_algo_changes_counts_a_setting_the_checkpoint_lacks_as_its_default_then(
     saved["algo"]["discount"] = 0.99
     assert checkpoint.algo_changes({"config": saved}, cfg) == [("discount", 0.99, 0.995), ("reward_scale", 1.0, 0.1)]
     assert checkpoint.algo_changes({"config": cfg.to_dict()}, cfg) == []
+
+
+def test_a_fresh_run_moves_an_earlier_runs_checkpoints_aside(tmp_path, endpoint, make_learner, make_actor):
+    cfg = small_config()
+    logdir = tmp_path / "run"
+    ckdir = logdir / "checkpoints"
+    first, _ = train_a_little(make_learner, make_actor, cfg, logdir, 2)
+    first.close()
+    # An earlier, longer run: its checkpoint numbers are above anything the new run reaches.
+    old = checkpoint.list_checkpoints(ckdir)[-1]
+    os.replace(old, checkpoint.path_for(ckdir, 50_000))
+    second, runner = make_learner(cfg, logdir=logdir, bind=endpoint + "-fresh")
+    make_actor(cfg, learner=endpoint + "-fresh")
+    wait_for(lambda: second.updates >= 2, 60, "the fresh run's updates")
+    second.request_stop()
+    result = runner.join(30)
+    mine = checkpoint.list_checkpoints(ckdir)
+    assert mine and all(checkpoint.load(p)["counters"]["updates"] <= result.updates for p in mine)
+    assert checkpoint.load_latest(ckdir)[1]["counters"]["updates"] == result.updates
+    aside = [d for d in logdir.iterdir() if d.name.startswith("checkpoints-")]
+    assert len(aside) == 1 and [p.name for p in checkpoint.list_checkpoints(aside[0])] == ["ckpt-000000050000.pt"]
+
+
+def test_set_aside_leaves_an_empty_or_missing_directory_alone(tmp_path):
+    assert checkpoint.set_aside(tmp_path / "none") is None
+    (tmp_path / "empty").mkdir()
+    assert checkpoint.set_aside(tmp_path / "empty") is None and (tmp_path / "empty").is_dir()
+
+
+def test_resume_applies_the_configs_optimizer_settings(tmp_path, endpoint, make_learner, make_actor, caplog):
+    cfg = small_config("learner.learning_rate=0.001", "learner.adam_eps=0.001")
+    logdir = tmp_path / "run"
+    first, _ = train_a_little(make_learner, make_actor, cfg, logdir, 2)
+    first.close()
+    lower = small_config("learner.learning_rate=0.00001", "learner.adam_eps=1e-8")
+    with caplog.at_level(logging.INFO, logger="zrl.learner"):
+        resumed, _ = make_learner(lower, logdir=logdir, resume=True, start=False, bind=endpoint + "-lower")
+    groups = resumed.optimizer.param_groups
+    assert all(g["lr"] == 0.00001 and g["eps"] == 1e-8 for g in groups)
+    assert resumed.optimizer.state, "Adam's moments carry over"
+    assert "learner.learning_rate 0.001; resuming with this config's 1e-05" in caplog.text
+
+
+def test_resume_with_another_optimizer_starts_it_afresh(tmp_path, endpoint, make_learner, make_actor, caplog):
+    cfg = small_config()
+    logdir = tmp_path / "run"
+    first, _ = train_a_little(make_learner, make_actor, cfg, logdir, 2)
+    saved = checkpoint.load(checkpoint.list_checkpoints(logdir / "checkpoints")[-1])
+    first.close()
+    rms = small_config("learner.optimizer=rmsprop")
+    with caplog.at_level(logging.INFO, logger="zrl.learner"):
+        resumed, runner = make_learner(rms, logdir=logdir, resume=True, bind=endpoint + "-rms")
+    assert isinstance(resumed.optimizer, torch.optim.RMSprop) and not resumed.optimizer.state
+    assert "learner.optimizer adam, this config has rmsprop: the optimiser starts afresh" in caplog.text
+    for k, v in saved["model"].items():
+        assert torch.equal(v, resumed.model.state_dict()[k])
+    make_actor(rms, learner=endpoint + "-rms")
+    wait_for(lambda: resumed.updates >= saved["counters"]["updates"] + 2, 60, "RMSprop updates after resume")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,6 +74,48 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path):
     assert summary["env_steps"] > 0
 
 
+@pytest.mark.timeout(120)
+def test_a_second_ctrl_c_kills_a_learner_that_does_not_stop(tmp_path):
+    run = Proc(["run", "--logdir", str(tmp_path), "--max-seconds", "100", "--stop-at-return", "100000", *SMALL])
+    children = []
+    try:
+        wait_for(lambda: run.output.count("connected to") >= 2, 60, "both actors to connect")
+        tmpdir = re.search(r"listening on ipc://(/\S+)/control", run.output).group(1)
+        pids = json.loads((tmp_path / "pids.json").read_text())
+        children = [psutil.Process(pid) for pid in pids.values()]
+        os.kill(pids["learner"], signal.SIGSTOP)  # a learner that cannot act on the first signal
+        os.kill(run.p.pid, signal.SIGINT)
+        wait_for(lambda: "stopping: asking the learner" in run.output, 30, "the first signal to be seen")
+        os.kill(run.p.pid, signal.SIGINT)
+        code = run.wait(60)
+    finally:
+        run.kill_tree()
+        for c in children:  # if zrl run failed to, so that a failure leaves nothing behind
+            try:
+                c.kill()
+            except psutil.NoSuchProcess:
+                pass
+    assert "second signal: killing the learner and actors now" in run.output, run.output
+    assert code != 0
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left behind: {alive}"
+    assert not os.path.exists(tmpdir), "zrl run's temporary directory is removed"
+
+
+def test_a_signal_before_the_learner_starts_stops_the_run(tmp_path, monkeypatch):
+    from zrl import launch
+    from zrl.config import load_config
+
+    started = []
+    monkeypatch.setattr(launch, "_preload", lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C while importing
+    monkeypatch.setattr(launch._Child, "start", lambda self: started.append(self.name))
+    opts = launch.RunOptions(config_path=str(DEFAULT_CONFIG), overrides=[], num_actors=2, seed=0, logdir=str(tmp_path), fork=True)
+    before = signal.getsignal(signal.SIGINT)
+    assert launch.run_local(load_config(DEFAULT_CONFIG), opts) == 130
+    assert started == []  # nothing started, so nothing would be left waiting for a signal
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 @pytest.mark.timeout(60)
 def test_bad_config_key_is_named_and_fails(tmp_path):
     cfg = tmp_path / "bad.yaml"
@@ -80,6 +123,16 @@ def test_bad_config_key_is_named_and_fails(tmp_path):
     p = Proc(["run", "--config", str(cfg), "--logdir", str(tmp_path)])
     assert p.wait(30) != 0
     assert "learner.batchsize" in p.output and "bad.yaml" in p.output
+
+
+@pytest.mark.timeout(60)
+def test_bad_command_line_numbers_are_refused(tmp_path):
+    for args, why in ((["--actors", "-3"], "--actors"), (["--max-seconds", "nan"], "--max-seconds"),
+                      (["--max-seconds", "0"], "--max-seconds"), (["--max-env-steps", "0"], "--max-env-steps"),
+                      (["--stop-at-return", "nan"], "--stop-at-return")):
+        p = Proc(["run", "--logdir", str(tmp_path), *args])
+        assert p.wait(30) == 2 and f"Invalid value for '{why}'" in p.output, p.output
+    assert not any(tmp_path.iterdir()), "nothing ran"
 
 
 @pytest.mark.timeout(120)

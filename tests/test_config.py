@@ -48,6 +48,27 @@ def test_invariants_give_the_reason(tmp_path):
         load_config(write(tmp_path, "env:\n  id: ALE/Pong-v5\n  thread_nice: 20\n"))
 
 
+def test_a_section_that_is_not_a_mapping_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"c\.yaml.*section 'algo' must be a mapping"):
+        load_config(write(tmp_path, "algo: impala\n"))
+    with pytest.raises(ConfigError, match=r"c\.yaml.*section 'env' must be a mapping"):
+        load_config(write(tmp_path, "env: [CartPole-v1]\n"))
+
+
+def test_numbers_must_be_finite_except_where_inf_means_no_limit(tmp_path):
+    for key in ("actor.learner_timeout_s", "actor.stats_interval_s", "learner.actor_timeout_s", "learner.learning_rate"):
+        with pytest.raises(ConfigError, match=rf"{key}: must be a finite number"):
+            load_config(DEFAULT_CONFIG, [f"{key}=.inf"])
+    with pytest.raises(ConfigError, match=r"c\.yaml.*actor\.learner_timeout_s: must be a finite number"):
+        load_config(write(tmp_path, "actor:\n  learner_timeout_s: .inf\n"))
+    with pytest.raises(ConfigError, match=r"algo\.discount: must be a finite number"):
+        load_config(DEFAULT_CONFIG, ["algo.discount=.nan"])
+    with pytest.raises(ConfigError, match=r"algo\.clip_rho_threshold: must be a finite number"):
+        load_config(DEFAULT_CONFIG, ["algo.clip_rho_threshold=.nan"])
+    cfg = load_config(DEFAULT_CONFIG, ["algo.clip_rho_threshold=.inf", "run.max_seconds=.inf", "run.stop_at_return=.inf"])
+    assert cfg.algo.clip_rho_threshold == cfg.run.max_seconds == cfg.run.stop_at_return == float("inf")
+
+
 def test_unknown_algorithm_lists_known_ones(tmp_path):
     with pytest.raises(ConfigError, match=r"algo\.name.*'ppo2'.*impala"):
         load_config(write(tmp_path, "algo:\n  name: ppo2\n"))

@@ -25,7 +25,7 @@ def impala_gate(fast: bool, cfg=None, algo=None, cap: int = CAP):
     cfg = cfg or small_config()
     algo = algo or Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     gate = wire.Gate(cap, KINDS, fast=fast)
-    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_bounds())
+    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_rules())
     return gate
 
 
@@ -36,8 +36,11 @@ def chunk(cfg, seed: int = 0, M: int = 2) -> dict:
     T, K = a["reward"].shape
     a["obs"] = rng.standard_normal(a["obs"].shape).astype(np.float32)
     a["action"] = rng.integers(0, 2, (T, K))
-    a["final_index"] = rng.choice(T * K, M, replace=False).astype(np.int32)
+    a["final_index"] = np.sort(rng.choice(T * K, M, replace=False)).astype(np.int32)
     a["final_obs"] = rng.standard_normal((M, 4)).astype(np.float32)
+    a["truncated"].reshape(-1)[a["final_index"]] = True  # each truncated step has its final observation
+    a["terminated"] = rng.random((T, K)) < 0.2
+    a["terminated"].reshape(-1)[a["final_index"]] = False
     return a
 
 
@@ -123,7 +126,7 @@ def test_new_checks_forget_registered_layouts():
     assert len(gate._fast) == 1
     # A narrower action space: the action bound the C++ gate holds no longer applies.
     algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(1))
-    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_bounds())
+    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_rules())
     assert len(gate._fast) == 0
     with pytest.raises(wire.WireError, match="action"):
         gate.check(frame)
@@ -132,9 +135,9 @@ def test_new_checks_forget_registered_layouts():
 def test_algorithms_without_value_bounds_stay_on_the_python_path():
     cfg = load_config(ROOT / "configs" / "cartpole_apex.yaml")
     algo = ApexDQN(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    assert algo.value_bounds({}) is None and algo.gate_bounds() is None
+    assert algo.value_rules({}) == (None, None) and algo.gate_rules() is None
     gate = wire.Gate(CAP, KINDS)
-    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_bounds())
+    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_rules())
     N = 6
     arrays = {
         "obs": np.zeros((N, 4), np.float32), "action": np.ones(N, np.int64), "reward": np.zeros(N, np.float32),
@@ -159,7 +162,7 @@ def test_an_algorithm_that_checks_more_than_its_bounds_is_never_vouched_for():
 
     cfg = small_config()
     algo = Stricter(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    assert algo.gate_bounds() is None
+    assert algo.gate_rules() is None
     gate = impala_gate(True, cfg, algo)
     good = chunk(cfg)
     for _ in range(3):
@@ -196,3 +199,38 @@ def test_more_layouts_than_the_table_holds():
             got = outcome(fast, f)
             assert got[0] == "ok" and got == outcome(slow, f)
     assert len(fast._fast) == 64 == len(fast._layouts) and len(fast._blocks) == 64
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_truncation_data_that_does_not_add_up_is_rejected(fast):
+    # Each is a way a buggy sender could make the loss bootstrap where it must not (or not
+    # where it must); both paths refuse them as bad_value, the fast one after vouching for good ones.
+    cfg = small_config()
+    gate = impala_gate(fast, cfg)
+    good = chunk(cfg, 1, M=2)
+    for _ in range(2):
+        assert outcome(gate, bytes(wire.encode(wire.Kind.TRAJECTORY, good)))[0] == "ok"
+    T, K = good["reward"].shape
+    fi = good["final_index"]
+
+    def bad(**edit):
+        a = {k: v.copy() for k, v in good.items()}
+        for name, fn in edit.items():
+            fn(a[name])
+        return outcome(gate, bytes(wire.encode(wire.Kind.TRAJECTORY, a)))
+
+    def set_at(p, v):
+        return lambda x: x.reshape(-1).__setitem__(p, v)
+
+    rejected = ("rejected", wire.Reason.BAD_VALUE)
+    free = next(p for p in range(T * K) if p not in fi)
+    assert bad(terminated=set_at(fi[0], True)) == rejected            # a final observation at a terminated step
+    assert bad(truncated=set_at(free, True)) == rejected              # a truncated step without one
+    assert bad(truncated=set_at(fi[1], False)) == rejected            # one at a step that is not truncated
+    assert bad(final_index=lambda x: x.__setitem__(slice(None), x[::-1].copy())) == rejected  # out of order
+    assert bad(final_index=set_at(1, fi[0]), truncated=set_at(fi[1], False)) == rejected      # the same step twice
+    assert bad(truncated=lambda x: x.view(np.uint8).reshape(-1).__setitem__(fi[0], 2)) == rejected  # a flag byte not 0/1
+    # None of them reached the point of registering another layout.
+    assert outcome(gate, bytes(wire.encode(wire.Kind.TRAJECTORY, good)))[0] == "ok"
+    if fast:
+        assert len(gate._fast) == 1

@@ -133,6 +133,8 @@ def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
         assert all((c[0].nbytes >= wire.RECV_COPY_BELOW) == large for c in got)
         if large:  # views of zrl's own read-only owner of the libzmq message
             assert all(type(c[0]._buf.obj) is _core.ZmqFrame and c[0]._buf.readonly for c in got)
+            with pytest.raises(TypeError):  # only drain makes them: an empty one would crash
+                type(got[0][0]._buf.obj)()
         last, want = got[-1][0]._buf, summary(got[-1])
         del got
         assert pull.poll(0) == 0

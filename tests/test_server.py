@@ -17,14 +17,16 @@ OBS = {"type": "box", "shape": [4], "dtype": "float32"}
 ACT = {"type": "discrete", "n": 2}
 
 
+SERVE = (
+    "actor.num_envs=1",
+    "learner.batch_size=4",
+    "server.observation_space={type: box, shape: [4], dtype: float32}",
+    "server.action_space={type: discrete, n: 2}",
+)
+
+
 def serve_config(*overrides):
-    return small_config(
-        "actor.num_envs=1",
-        "learner.batch_size=4",
-        "server.observation_space={type: box, shape: [4], dtype: float32}",
-        "server.action_space={type: discrete, n: 2}",
-        *overrides,
-    )
+    return small_config(*SERVE, *overrides)
 
 
 @pytest.fixture
@@ -211,3 +213,32 @@ def test_clients_train_the_learner_through_the_server(ctx, endpoint, make_learne
     # Truncated episodes (time limit 30) were sent with their final observation.
     assert learner.rejected == {}, dict(learner.rejected)
     wait_for(lambda: learner.custom.get("score") == 42.0, 30, "a client scalar to reach the learner")
+
+
+def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, make_learner, make_server):
+    # As with tcp ports "*": the restarted learner binds other trajectory and weights endpoints.
+    cfg = serve_config("actor.learner_timeout_s=0.5")
+    first, runner = make_learner(cfg)
+    server = make_server(cfg, learner=endpoint)
+    wait_for(lambda: server.link is not None and server.link.push is not None, 30, "server to join the learner")
+    done = threading.Event()
+    players = [Running(lambda i=i: play(ctx, server, done.is_set, i), f"client-{i}") for i in range(2)]
+    try:
+        wait_for(lambda: first.updates >= 2, 60, "the first learner to train")
+        old_endpoints = server.link.endpoints
+        first.request_stop()
+        runner.join(30)
+        # It dies as a killed process would: no SHUTDOWN on its weights socket (close() sends one,
+        # and a server that gets it exits, as actors do).
+        first._stop.set()
+        first._receiver.join(5)
+        first._close_sockets()
+        moved = small_config(*SERVE, "actor.learner_timeout_s=0.5",
+                             f"learner.trajectory_bind={endpoint}-traj2", f"learner.weights_bind={endpoint}-weights2")
+        second, _ = make_learner(moved, bind=endpoint)  # the same control endpoint, as a restart on the same --bind
+        wait_for(lambda: server.link.endpoints != old_endpoints, 60, "the server to follow the learner to its new endpoints")
+        wait_for(lambda: second.env_steps > 0 and second.updates >= 2, 60, "the restarted learner to train on client data")
+    finally:
+        done.set()
+        for r in players:
+            r.join(30)

@@ -5,7 +5,9 @@ plain containers, no arbitrary objects) holding the model, optimiser and
 algorithm state, the counters, the config, the specs, a format version and
 the hash of what shapes the model. It is written to a temporary file in the
 same directory and renamed over, so a kill mid-write leaves the previous
-checkpoint intact; the last K are kept.
+checkpoint intact; the last K are kept. A fresh run (not --resume) first moves
+an earlier run's checkpoints aside (`set_aside`), so every checkpoint in the
+directory belongs to one run.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,28 @@ def save(ckdir: Path, updates: int, state: dict[str, Any], keep: int) -> Path:
     return final
 
 
+def set_aside(ckdir: Path) -> Path | None:
+    """Moves a checkpoint directory that holds checkpoints (of an earlier run) to a sibling
+    named after the time, and returns it; None if there was nothing to move.
+
+    Checkpoints are ordered by update count, so a new run writing beside an older one's
+    would have its own pruned first, and --resume, `zrl eval` and `zrl serve` would load the
+    older run's. A fresh run calls this before its first save: nothing is deleted."""
+    if not list_checkpoints(ckdir):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    for n in range(1000):
+        dest = ckdir.with_name(f"{ckdir.name}-{stamp}" + (f"-{n}" if n else ""))
+        try:
+            ckdir.rename(dest)  # fails on an existing, non-empty dest (and it would not be empty)
+        except OSError:
+            if dest.exists():
+                continue
+            raise
+        return dest
+    raise CheckpointError(f"cannot find a free name to move {ckdir} aside")
+
+
 def load(path: Path) -> dict[str, Any]:
     """Loads one checkpoint file; CheckpointError if it is corrupt or of another format."""
     try:
@@ -103,9 +128,26 @@ def algo_changes(state: dict[str, Any], config) -> list[tuple[str, Any, Any]]:
     differs from the checkpoint's run. Resuming with them is allowed (the learner warns):
     some change what the trained nets mean (algo.discount, algo.reward_scale). A setting the
     checkpoint's config lacks (added to zrl since) had its default then."""
-    ours = config.to_dict()["algo"]
-    theirs = {**dataclasses.asdict(type(config.algo)()), **state["config"].get("algo", {})}
-    return [(k, theirs.get(k), v) for k, v in ours.items() if theirs.get(k) != v]
+    return _changes(state, config, "algo")
+
+
+# The optimiser's settings: on resume its moments carry over and these are the config's.
+OPTIMIZER_KEYS = ("learning_rate", "adam_betas", "adam_eps", "rmsprop_alpha", "rmsprop_eps", "rmsprop_momentum")
+
+
+def optimizer_changes(state: dict[str, Any], config) -> list[tuple[str, Any, Any]]:
+    """(key, checkpoint's value, config's value) for each learner.* optimiser setting that
+    differs from the checkpoint's run (the learner says so; the config's apply)."""
+    prefix = "adam_" if config.learner.optimizer == "adam" else "rmsprop_"
+    keys = [k for k in OPTIMIZER_KEYS if k == "learning_rate" or k.startswith(prefix)]
+    return [c for c in _changes(state, config, "learner") if c[0] in keys]
+
+
+def _changes(state: dict[str, Any], config, section: str) -> list[tuple[str, Any, Any]]:
+    ours = config.to_dict()[section]
+    theirs = {**dataclasses.asdict(type(getattr(config, section))()), **state["config"].get(section, {})}
+    norm = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 (YAML and torch.save give lists)
+    return [(k, theirs.get(k), v) for k, v in ours.items() if norm(theirs.get(k)) != norm(v)]
 
 
 def load_latest(ckdir: Path) -> tuple[Path, dict[str, Any]] | None:

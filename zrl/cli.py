@@ -39,6 +39,14 @@ def _install_stop_handlers(on_stop) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _checked_number(param, value, positive=False):
+    """A float option's value, refused if NaN (click's float type takes "nan") or, with
+    `positive`, not above 0."""
+    if value is not None and (value != value or (positive and not value > 0)):
+        raise click.BadParameter(f"{value} is not {'a number > 0' if positive else 'a number'}", param=param)
+    return value
+
+
 config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="YAML config (default: configs/cartpole_impala.yaml).")
 override_option = click.option("-o", "--override", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
 
@@ -58,9 +66,9 @@ def main(verbose: bool) -> None:
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in LOGDIR.")
 @click.option("--device", default=None, help="auto, cpu or cuda[:N] (default: learner.device).")
 @click.option("--seed", type=int, default=None, help="Seed for the model's initialisation (default: run.seed).")
-@click.option("--stop-at-return", type=float, default=None, help="Stop when the mean return of the last run.return_window episodes reaches this.")
-@click.option("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
-@click.option("--max-env-steps", type=int, default=None, help="Stop after this many env steps.")
+@click.option("--stop-at-return", type=float, callback=lambda c, p, v: _checked_number(p, v), default=None, help="Stop when the mean return of the last run.return_window episodes reaches this.")
+@click.option("--max-seconds", type=float, callback=lambda c, p, v: _checked_number(p, v, positive=True), default=None, help="Stop after this many seconds.")
+@click.option("--max-env-steps", type=click.IntRange(min=1), default=None, help="Stop after this many env steps.")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
 def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file):
     """Train: receive trajectories, publish weights, checkpoint."""
@@ -79,8 +87,8 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
 @config_option
 @override_option
 @click.option("--learner", "learner_endpoint", default="tcp://127.0.0.1:5555", show_default=True, help="The learner's control endpoint.")
-@click.option("--index", type=int, default=0, show_default=True, help="This actor's index (its sender id).")
-@click.option("--num-actors", type=int, default=1, show_default=True, help="How many actors there are in all.")
+@click.option("--index", type=click.IntRange(min=0), default=0, show_default=True, help="This actor's index (its sender id).")
+@click.option("--num-actors", type=click.IntRange(min=1), default=1, show_default=True, help="How many actors there are in all.")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
 @click.option("--eval", "eval_mode", is_flag=True, help="Evaluation actor: act greedily, send only episode returns (run.eval_num_envs envs).")
 def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eval_mode):
@@ -96,13 +104,13 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
 @main.command()
 @config_option
 @override_option
-@click.option("--actors", type=int, default=None, help="Actor processes (default: run.num_actors).")
+@click.option("--actors", type=click.IntRange(min=0), default=None, help="Actor processes (default: run.num_actors).")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
 @click.option("--logdir", type=click.Path(file_okay=False), default=None, help="Output directory (default: run.logdir).")
 @click.option("--bind", default=None, help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
-@click.option("--stop-at-return", type=float, default=None, help="Stop once the mean return of the last 100 episodes reaches this.")
-@click.option("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
-@click.option("--max-env-steps", type=int, default=None, help="Stop after this many env steps.")
+@click.option("--stop-at-return", type=float, callback=lambda c, p, v: _checked_number(p, v), default=None, help="Stop once the mean return of the last run.return_window episodes reaches this.")
+@click.option("--max-seconds", type=float, callback=lambda c, p, v: _checked_number(p, v, positive=True), default=None, help="Stop after this many seconds.")
+@click.option("--max-env-steps", type=click.IntRange(min=1), default=None, help="Stop after this many env steps.")
 @click.option("--resume", is_flag=True, help="Resume the learner from LOGDIR's newest checkpoint.")
 def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume):
     """Start a learner and N actors on this machine; stop them all on exit."""
@@ -158,10 +166,10 @@ def keys_generate(directory, clients):
 
 @main.command(name="eval")
 @click.option("--checkpoint", "checkpoint_path", required=True, type=click.Path(exists=True), help="A checkpoint file or a logdir (newest checkpoint).")
-@click.option("--episodes", type=int, default=10, show_default=True)
+@click.option("--episodes", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--sample", is_flag=True, help="Sample actions from the policy instead of acting greedily.")
 @click.option("--seed", type=int, default=12345, show_default=True)
-@click.option("--num-envs", type=int, default=8, show_default=True)
+@click.option("--num-envs", type=click.IntRange(min=1), default=8, show_default=True)
 def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
     """Run a checkpoint's policy and print its mean return."""
     from zrl.evaluate import evaluate_checkpoint
@@ -177,7 +185,7 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
 @click.argument("name")
 @click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
 @click.option("--quick", is_flag=True, help="Small sizes and few repeats (a smoke test, not a measurement).")
-@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
 def bench(name, out, quick, repeats):
     """Run benchmark NAME (or `all`) side by side with its references."""
     from zrl.bench.runner import run_benchmarks

@@ -570,9 +570,10 @@ def config_from_dict(raw: dict, source: str = "<dict>") -> Config:
     try:
         for name, cls in SECTIONS.items():
             built[name] = _build(cls, raw.get(name) or {}, name, source)
-        algo_raw = dict(raw.get("algo") or {})
+        algo_raw = raw.get("algo") or {}
         if not isinstance(algo_raw, dict):
-            raise ConfigError(f"{source}: section 'algo' must be a mapping")
+            raise ConfigError(f"{source}: section 'algo' must be a mapping (e.g. algo: {{name: impala}}), got {type(algo_raw).__name__}")
+        algo_raw = dict(algo_raw)
         algo_name = algo_raw.get("name", "impala")
         if algo_name not in ALGO_CONFIGS:
             raise ConfigError(f"{source}: algo.name: unknown algorithm {algo_name!r} (known: {sorted(ALGO_CONFIGS)})")
@@ -596,6 +597,14 @@ def _build(cls: type, data: Any, section: str, source: str):
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+
+
+# Settings where .inf means what null does (no clipping, no limit); every other number
+# must be finite (an infinite timeout would reach an int() and crash an actor).
+INFINITY_ALLOWED = frozenset({
+    "algo.clip_rho_threshold", "algo.clip_pg_rho_threshold", "algo.clip_c_threshold", "algo.reward_clip",
+    "run.stop_at_return", "run.max_seconds",
+})
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -626,14 +635,19 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)  # YAML reads 1e-3 without a dot as a string
+                number = float(value)  # YAML reads 1e-3 without a dot as a string
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if math.isnan(number) or (math.isinf(number) and key not in INFINITY_ALLOWED):
+            raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value

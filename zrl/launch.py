@@ -261,13 +261,26 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         server_argv = lambda ep: [*base, "serve", *cfg_args, "--learner", ep, "--seed", str(opts.seed)]  # noqa: E731
         actors.append(_Child("agent server", server_argv(bind), opts.fork))
     stopping = threading.Event()
+    asked = {"learner": False, "forced": False}
+
+    def ask_learner() -> None:
+        # Once: a second SIGINT makes the learner exit without its checkpoint.
+        if not asked["learner"] and learner.alive():
+            asked["learner"] = True
+            learner.signal(signal.SIGINT)
 
     def on_signal(signum, frame):
         if stopping.is_set():
+            # A second Ctrl-C: the user will not wait for a learner slow to stop.
+            if not asked["forced"]:
+                asked["forced"] = True
+                print("\n[zrl run] second signal: killing the learner and actors now", flush=True)
+                for c in children:
+                    c.signal(signal.SIGKILL)
             return
         stopping.set()
         print("\n[zrl run] stopping: asking the learner to checkpoint and exit", flush=True)
-        learner.signal(signal.SIGINT)
+        ask_learner()
         for a in actors:
             a.signal(signal.SIGTERM)
 
@@ -287,7 +300,12 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
     try:
         if opts.fork:
             _preload()
+        if stopping.is_set():  # Ctrl-C while importing: nothing was started
+            print("[zrl run] stopped before the learner started", flush=True)
+            return 130
         learner.start()
+        if stopping.is_set():  # a signal during the start found no learner to ask
+            ask_learner()
         if ready_file:
             control = _wait_ready(ready_file, learner, stopping)
             for i, a in enumerate(actors):

@@ -593,11 +593,11 @@ class Gate:
 
     The first frame of each layout (its descriptor block: names, dtypes, shapes,
     offsets) takes the Python path above. Once one passes, the layout goes to the C++
-    `FrameGate` (csrc/wire_gate.h) with the algorithm's `value_bounds`, and later
-    frames with the same descriptors are checked there in one call: header, bounds,
-    values. The C++ check only vouches; a frame it does not accept takes the Python
-    path, which gives the reason. An algorithm whose checks are more than "integer <
-    bound" (`Algorithm.gate_bounds` is None) stays on the Python path.
+    `FrameGate` (csrc/wire_gate.h) with the algorithm's value rules (`value_bounds`
+    and `value_marks`), and later frames with the same descriptors are checked there
+    in one call: header, bounds, marks. The C++ check only vouches; a frame it does not
+    accept takes the Python path, which gives the reason. An algorithm whose checks
+    are more than those rules (`Algorithm.gate_rules` is None) stays on the Python path.
 
     `drain` receives a burst from a socket and checks it: with `transport.native()`,
     C++ takes the burst from ZeroMQ and runs the FrameGate on it without the GIL.
@@ -608,7 +608,7 @@ class Gate:
         self.allowed_kinds = allowed_kinds
         self.schema: Schema | None = None
         self._check_values = None
-        self._value_bounds = None
+        self._value_rules = None
         self._fast = None
         if fast and int(Kind.TRAJECTORY) in allowed_kinds:
             from zrl import _core
@@ -622,12 +622,13 @@ class Gate:
 
             self._native = transport.native()
 
-    def set_trajectory_checks(self, schema: "Schema", check_values, value_bounds) -> None:
-        """check_values(msg, bindings) raises WireError. value_bounds(bindings) gives {array:
-        bound} (every element, read as unsigned, < bound) that check *all* of check_values,
-        or None; pass value_bounds=None when check_values checks anything more
-        (`Algorithm.gate_bounds` says which)."""
-        self.schema, self._check_values, self._value_bounds = schema, check_values, value_bounds
+    def set_trajectory_checks(self, schema: "Schema", check_values, value_rules) -> None:
+        """check_values(msg, bindings) raises WireError. value_rules(bindings) gives
+        (bounds, marks): {array: bound} (every element, read as unsigned, < bound) and
+        [(index, marked, excluded)] (see `check_marks`), either None, that check *all*
+        of check_values; pass value_rules=None when check_values checks anything more
+        (`Algorithm.gate_rules` says which)."""
+        self.schema, self._check_values, self._value_rules = schema, check_values, value_rules
         if self._fast is not None:
             self._fast.clear()
         self._layouts = []
@@ -648,7 +649,7 @@ class Gate:
             raise WireError(Reason.NOT_READY, "trajectory before any hello agreed the specs")
         bindings = self.schema.check(msg)
         self._check_values(msg, bindings)
-        if fast is not None and self._value_bounds is not None and msg.infos:
+        if fast is not None and self._value_rules is not None and msg.infos:
             self._register(buf, msg, bindings)
         return msg, bindings
 
@@ -688,14 +689,20 @@ class Gate:
         block = bytes(buf[HEADER_SIZE : HEADER_SIZE + DESCRIPTOR_SIZE * len(msg.infos)])
         if block in self._blocks:
             return
-        bounds = self._value_bounds(bindings)
-        if bounds is None:
+        bounds, marks = self._value_rules(bindings)
+        if bounds is None and marks is None:
             return
         infos = {i.name: i for i in msg.infos}
-        rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b)) for n, b in bounds.items()]
+        rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b)) for n, b in (bounds or {}).items()]
+        mark_rules = []
+        for index, marked, excluded in marks or ():
+            i, m, x = infos[index], infos[marked], infos[excluded]
+            if i.dtype != np.int32 or m.dtype.itemsize != 1 or x.dtype.itemsize != 1 or m.nbytes != x.nbytes:
+                return  # not a rule the C++ gate knows: this layout stays on the Python path
+            mark_rules.append((i.offset, i.nbytes // 4, m.offset, x.offset, m.nbytes))
         first = min(i.offset for i in msg.infos)
         end = max(i.offset + i.nbytes for i in msg.infos)
-        layout = self._fast.add(block, first, end, rules)
+        layout = self._fast.add(block, first, end, rules, mark_rules)
         if layout == len(self._layouts):
             self._layouts.append((msg.infos, bindings, block))
         else:  # a full table: this slot's layout is forgotten, in a new list (see `drain`)
@@ -722,6 +729,21 @@ def check_bounds(msg: Message, bounds: Mapping[str, int]) -> None:
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def check_marks(msg: Message, marks) -> None:
+    """WireError(bad_value) unless, for each (index, marked, excluded): the integer array
+    `index` lists, in increasing order, exactly the flat positions where `marked` (an array
+    of bytes, e.g. bool) is non-zero, and `excluded` is zero at each of them. IMPALA: each
+    truncated step has its one final observation, and no step is truncated and terminated."""
+    for index, marked, excluded in marks:
+        a = msg.arrays
+        where = np.flatnonzero(a[marked].reshape(-1).view(np.uint8))
+        idx = a[index].reshape(-1)
+        if idx.shape != where.shape or not np.array_equal(idx.view(_UNSIGNED[idx.dtype.itemsize]), where):
+            raise WireError(Reason.BAD_VALUE, f"{index} must list each step where {marked} is set, once and in order")
+        if a[excluded].reshape(-1).view(np.uint8)[where].any():
+            raise WireError(Reason.BAD_VALUE, f"a step both {marked} and {excluded}")
 
 
 class HelloInvalid(ValueError):

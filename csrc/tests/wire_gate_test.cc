@@ -127,6 +127,40 @@ TEST(FrameGate, ValuesAtOrPastTheBoundFailIt) {
   }
 }
 
+// Marks: final_index (int32 [2] = {3, 9}) must list exactly where a 10-byte flag
+// array is set, in order, with a second flag array clear there. The action
+// array's 32 bytes stand in for the two flag arrays: marked at 256, excluded at 266.
+TEST(FrameGate, MarksHoldOnlyWhereTheIndexListsEachMarkedPositionInOrder) {
+  constexpr uint64_t kMarked = Frame::kAction, kExcluded = Frame::kAction + 10;
+  const zrl::GateMarks rule{Frame::kIndex, 2, kMarked, kExcluded, 10};
+  auto frame = [&](std::vector<int> marked, std::vector<int> excluded, int32_t i0 = 3, int32_t i1 = 9) {
+    Frame f;
+    std::memset(f.bytes.data() + Frame::kAction, 0, 32);
+    for (int p : marked) f.bytes[kMarked + p] = 1;
+    for (int p : excluded) f.bytes[kExcluded + p] = 1;
+    put<int32_t>(f.bytes, Frame::kIndex, i0);
+    put<int32_t>(f.bytes, Frame::kIndex + 4, i1);
+    return f;
+  };
+  Frame base = frame({3, 9}, {0, 5});
+  FrameGate g(kTrajectory, 1 << 20);
+  ASSERT_EQ(g.add(base.block(), Frame::kAction, Frame::kEnd, {}, {rule}), 0);
+  EXPECT_EQ(base.check(g).layout, 0);
+  EXPECT_EQ(frame({3, 9}, {}).check(g).layout, 0);
+  Frame two = frame({3, 9}, {});
+  two.bytes[kMarked + 9] = 2;  // any non-zero byte is set
+  EXPECT_EQ(two.check(g).layout, 0);
+  EXPECT_EQ(frame({3, 9}, {3}).check(g).layout, -1);        // a listed position also excluded
+  EXPECT_EQ(frame({3, 5, 9}, {}).check(g).layout, -1);      // a marked position not listed
+  EXPECT_EQ(frame({3}, {}).check(g).layout, -1);            // a listed position not marked
+  EXPECT_EQ(frame({3, 9}, {}, 9, 3).check(g).layout, -1);   // out of order
+  EXPECT_EQ(frame({3}, {}, 3, 3).check(g).layout, -1);      // listed twice
+  EXPECT_THROW(g.add(base.block(), Frame::kAction, Frame::kEnd, {}, {zrl::GateMarks{Frame::kIndex, 3, kMarked, kExcluded, 10}}),
+               std::invalid_argument);  // the index runs past the span
+  EXPECT_THROW(g.add(base.block(), Frame::kAction, Frame::kEnd, {}, {zrl::GateMarks{Frame::kIndex, 2, kMarked, Frame::kEnd - 4, 10}}),
+               std::invalid_argument);  // a flag array runs past the span
+}
+
 TEST(FrameGate, BadRegistrationsThrow) {
   FrameGate g(kTrajectory, 1 << 20);
   Frame f;

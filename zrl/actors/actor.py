@@ -254,13 +254,44 @@ class LearnerLink:
             self._say("lost the learner; reconnecting")
             self.connect()
             return
-        info = reply.json()
-        if (info["trajectory_endpoint"], info["weights_endpoint"]) != self.endpoints:
-            self._say("the learner restarted on new endpoints; reconnecting")
-            self._open(reply)
-            self._apply_weights(reply)
-        else:
+        if not self.follow(reply):
             self._say("learner is busy (back-pressure); still waiting to send")
+
+    def follow(self, reply: wire.Message) -> bool:
+        """Given a hello reply from a liveness check: if the learner names other endpoints
+        (it restarted), reopens to those and applies its weights. True if it did."""
+        info = reply.json()
+        if (info["trajectory_endpoint"], info["weights_endpoint"]) == self.endpoints:
+            return False
+        self._say("the learner restarted on new endpoints; reconnecting")
+        self._open(reply)
+        self._apply_weights(reply)
+        return True
+
+
+class HelloProbe:
+    """A liveness check that does not block its owner: says hello to the learner on a thread
+    (a fresh DEALER on the shared context). `reply` is the answer, or None if there was none
+    within the timeout or the learner refused; read it once `done` is set."""
+
+    def __init__(self, link: LearnerLink):
+        self.reply: wire.Message | None = None
+        self.done = threading.Event()
+        args = (link.ctx, link.endpoint, link.meta, link.timeout_s)
+        kw = {"sender_id": link.sender_id, "curve": link.curve}
+        self._thread = threading.Thread(target=self._run, args=(args, kw), name="zrl-hello-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self, args, kw) -> None:
+        try:
+            self.reply = say_hello(*args, **kw)
+        except Exception as e:  # noqa: BLE001 (HelloError, or a context closing under it)
+            log.warning("liveness check of the learner failed: %s", e)
+        finally:
+            self.done.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
 
 
 class Actor:

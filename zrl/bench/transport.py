@@ -159,7 +159,7 @@ def _receiver_main(conn) -> None:
         from zrl.learner.learner import DATA_KINDS
 
         gate = wire.Gate(cap, DATA_KINDS)  # as the learner builds it
-        gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.gate_bounds())
+        gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.gate_rules())
         state.update(gate=gate, frame_bytes=frame_bytes)
         endpoints = {}
         for mode in MODES:

@@ -199,6 +199,7 @@ class Learner:
         self.gate = wire.Gate(config.learner.max_message_bytes, DATA_KINDS)
         self._latest_weights: tuple[int, np.ndarray] | None = None
         self._resume_state: dict[str, Any] | None = None
+        self._ckdir_claimed = False  # a fresh run moves an earlier run's checkpoints aside before its first save
         if resume:
             self._load_for_resume()
 
@@ -243,6 +244,9 @@ class Learner:
         checkpoint.check_compatible(path, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
         for key, theirs, ours in checkpoint.algo_changes(state, self.config):
             self._say(f"warning: {path} was trained with algo.{key} {theirs!r}, this config has {ours!r}")
+        if state["config"].get("learner", {}).get("optimizer", "adam") == self.config.learner.optimizer:
+            for key, theirs, ours in checkpoint.optimizer_changes(state, self.config):
+                self._say(f"{path} was trained with learner.{key} {theirs!r}; resuming with this config's {ours!r}")
         self._resume_state = state
         self._resume_path = path
 
@@ -255,16 +259,25 @@ class Learner:
         self.host_weights = HostWeights(self.flat)
         lc = self.config.learner
         if lc.optimizer == "adam":
-            opt = torch.optim.Adam(model.parameters(), lr=lc.learning_rate, betas=lc.adam_betas, eps=lc.adam_eps)
+            settings = {"lr": lc.learning_rate, "betas": tuple(lc.adam_betas), "eps": lc.adam_eps}
+            opt = torch.optim.Adam(model.parameters(), **settings)
         else:
-            opt = torch.optim.RMSprop(
-                model.parameters(), lr=lc.learning_rate, alpha=lc.rmsprop_alpha, eps=lc.rmsprop_eps, momentum=lc.rmsprop_momentum
-            )
+            settings = {"lr": lc.learning_rate, "alpha": lc.rmsprop_alpha, "eps": lc.rmsprop_eps, "momentum": lc.rmsprop_momentum}
+            opt = torch.optim.RMSprop(model.parameters(), **settings)
         st = self._resume_state
         if st is not None:
             try:
                 model.load_state_dict(st["model"])
-                opt.load_state_dict(st["optimizer"])
+                theirs = st["config"].get("learner", {}).get("optimizer", "adam")
+                if theirs == lc.optimizer:
+                    # The moments carry over; the settings are the config's (load_state_dict
+                    # would bring back the checkpoint's learning rate, eps, betas, ...).
+                    opt.load_state_dict(st["optimizer"])
+                    for group in opt.param_groups:
+                        group.update(settings)
+                else:
+                    self._say(f"warning: {self._resume_path} was trained with learner.optimizer {theirs}, this config "
+                              f"has {lc.optimizer}: the optimiser starts afresh (the model's weights carry over)")
                 algo.load_state_dict(st.get("algo", {}))
             except (RuntimeError, ValueError, KeyError) as e:
                 raise checkpoint.CheckpointError(f"{self._resume_path}: does not fit the model: {e}") from None
@@ -276,7 +289,7 @@ class Learner:
             self._say(f"resumed from {self._resume_path} at update {self.updates}, env step {self.env_steps}")
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
-        self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_bounds())
+        self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_rules())
         self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 
@@ -697,6 +710,11 @@ class Learner:
     def save_checkpoint(self, elapsed: float) -> Path | None:
         if self.ckdir is None or self.model is None:
             return None
+        if self._resume_state is None and not self._ckdir_claimed:
+            moved = checkpoint.set_aside(self.ckdir)
+            if moved is not None:
+                self._say(f"{self.ckdir} held an earlier run's checkpoints; moved them to {moved} (use --resume to continue a run)")
+            self._ckdir_claimed = True
         obs, act = self.obs_spec.to_json(), self.action_spec.to_json()
         with self._lock:
             counters = {

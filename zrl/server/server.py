@@ -133,6 +133,8 @@ class AgentServer:
         self._done_returns: list[float] = []  # finished client episodes, sent to the learner as stats
         self._done_lengths: list[float] = []
         self.link = None
+        self._stuck_since: float | None = None  # since when the backlog has not moved
+        self._probe: HelloProbe | None = None  # a liveness check of the learner in flight
         self.policy_version = 0
         self.curve = transport.Curve.from_config(config.security)
         self._auth = None
@@ -207,8 +209,36 @@ class AgentServer:
         self._flush_backlog()
 
     def _flush_backlog(self) -> None:
+        sent = False
         while self.backlog and self.link.try_send(self.backlog[0]):
             self.backlog.popleft()
+            sent = True
+        if sent or not self.backlog:
+            self._stuck_since = None
+
+    def _watch_learner(self, now: float) -> None:
+        """When nothing has gone to the learner for actor.learner_timeout_s, asks it (on a
+        thread: the request loop goes on) whether it is busy, restarted on new endpoints
+        (then follows it there), or gone (then asks again a timeout later); meanwhile
+        the backlog keeps dropping its oldest chunks."""
+        if self._probe is not None:
+            if not self._probe.done.is_set():
+                return
+            reply, self._probe = self._probe.reply, None
+            self._stuck_since = now
+            if reply is None:
+                self._say(f"learner at {self.learner_endpoint} not answering; dropping the oldest chunks until it does")
+            elif not self.link.follow(reply):
+                self._say("learner is busy (back-pressure); dropping the oldest chunks")
+            return
+        if not self.backlog:
+            return
+        if self._stuck_since is None:
+            self._stuck_since = now
+        elif now - self._stuck_since >= self.link.timeout_s:
+            from zrl.actors.actor import HelloProbe
+
+            self._probe = HelloProbe(self.link)
 
     # ------------------------------------------------------------------ requests
 
@@ -412,6 +442,8 @@ class AgentServer:
             self.link.poll_weights()
             if self.backlog:
                 self._flush_backlog()
+            if self.backlog or self._probe is not None:
+                self._watch_learner(time.monotonic())
         if not self.router.poll(timeout_ms, zmq.POLLIN):
             return 0
         now = time.monotonic()
@@ -462,6 +494,9 @@ class AgentServer:
             self._push([self.sender.encode(wire.Kind.STATS, arrays, self.policy_version)])
 
     def close(self) -> None:
+        if self._probe is not None:  # its socket must be closed before the context ends
+            self._probe.join(self.link.timeout_s + 5 if self.link is not None else 5)
+            self._probe = None
         if self.link is not None:
             self.link.close()
             self.link = None

@@ -17,6 +17,7 @@ ignored by the replay (its slots carry generations).
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 import torch
@@ -181,6 +182,7 @@ class ApexDQN(Algorithm):
         self.target: QNetwork | None = None
         self._pending_target_state = None
         self._pending_replay_state = None
+        self._replay_lock = threading.Lock()  # the receiver's ingest and the trainer's sample both make it
         self._keys: np.ndarray | None = None
         self._updates = 0
 
@@ -228,7 +230,11 @@ class ApexDQN(Algorithm):
             raise wire.WireError(wire.Reason.BAD_VALUE, "discounts must be in [0, 1] and rewards finite")
 
     def _ensure_replay(self) -> PrioritizedReplay:
-        if self.replay is None:
+        if self.replay is not None:
+            return self.replay
+        with self._replay_lock:
+            if self.replay is not None:
+                return self.replay
             obs = (tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype))
             fields = {
                 "obs": obs,
@@ -238,11 +244,12 @@ class ApexDQN(Algorithm):
                 "next_obs": obs,
                 "version": ((), np.int64),
             }
-            self.replay = PrioritizedReplay(self.hp.replay_capacity, fields, alpha=self.hp.priority_alpha, seed=self.config.run.seed)
+            replay = PrioritizedReplay(self.hp.replay_capacity, fields, alpha=self.hp.priority_alpha, seed=self.config.run.seed)
             if self._pending_replay_state is not None:
-                self.replay.load_state_dict(self._pending_replay_state)
-                self._pending_replay_state = None
-        return self.replay
+                replay.load_state_dict(self._pending_replay_state)
+            self.replay = replay  # published only once it holds the checkpoint's transitions
+            self._pending_replay_state = None
+            return replay
 
     def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:
         a = msg.arrays
@@ -293,11 +300,20 @@ class ApexDQN(Algorithm):
             self.target.load_state_dict(model.state_dict())
 
     def state_dict(self) -> dict:
+        # Until the first update after a resume, the target and replay are still the
+        # checkpoint's (pending): a run that stops before then saves them as it found them.
         state = {"updates": self._updates}
         if self.target is not None:
             state["target"] = self.target.state_dict()
-        if self.hp.replay_checkpoint and self.replay is not None:
-            state["replay"] = {k: torch.from_numpy(np.array(v)) for k, v in self.replay.state_dict().items()}  # np.array keeps 0-d shapes
+        elif self._pending_target_state is not None:
+            state["target"] = self._pending_target_state
+        if self.hp.replay_checkpoint:
+            with self._replay_lock:  # not while _ensure_replay is between the two
+                live, replay = self.replay, self._pending_replay_state
+            if live is not None:
+                replay = live.state_dict()
+            if replay is not None:
+                state["replay"] = {k: torch.from_numpy(np.array(v)) for k, v in replay.items()}  # np.array keeps 0-d shapes
         return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -209,20 +209,31 @@ class Algorithm:
 
     def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
         """Content checks a schema cannot express (index ranges, action bounds); raise wire.WireError.
-        By default, `value_bounds`. An algorithm that checks more overrides this, and its frames
-        then stay on the learner's Python path (`gate_bounds`)."""
-        bounds = self.value_bounds(bindings)
+        By default, `value_bounds` then `value_marks`. An algorithm that checks more overrides
+        this, and its frames then stay on the learner's Python path (`gate_rules`)."""
+        bounds, marks = self.value_rules(bindings)
         if bounds:
             wire.check_bounds(msg, bounds)
+        if marks:
+            wire.check_marks(msg, marks)
 
     def value_bounds(self, bindings: dict[str, int]) -> dict[str, int] | None:
         """{integer array: bound}: every element, read as unsigned, must be < bound."""
         return None
 
-    def gate_bounds(self):
-        """`value_bounds` for the learner's C++ gate (wire.Gate) if those bounds are all that
+    def value_marks(self, bindings: dict[str, int]) -> list[tuple[str, str, str]] | None:
+        """[(index, marked, excluded)]: `index` lists exactly where `marked` is set, in order,
+        and `excluded` is not set there (wire.check_marks). Checked after the bounds."""
+        return None
+
+    def value_rules(self, bindings: dict[str, int]):
+        """(value_bounds, value_marks): what the default check_values checks."""
+        return self.value_bounds(bindings), self.value_marks(bindings)
+
+    def gate_rules(self):
+        """`value_rules` for the learner's C++ gate (wire.Gate) if those rules are all that
         check_values checks (it is not overridden), else None: the gate then never vouches."""
-        return self.value_bounds if type(self).check_values is Algorithm.check_values else None
+        return self.value_rules if type(self).check_values is Algorithm.check_values else None
 
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
         raise NotImplementedError

@@ -133,8 +133,8 @@ class ImpalaRecorder(Recorder):
         a["reward"][t] = step.reward
         a["terminated"][t] = step.terminated
         a["truncated"][t] = step.truncated
-        for k, o in step.final_obs.items():
-            self.finals.append((t * self.K + k, o))
+        for k in sorted(step.final_obs):  # final_index in increasing order, as the learner checks
+            self.finals.append((t * self.K + k, step.final_obs[k]))
         a["obs"][t + 1] = step.obs
         self.t += 1
         if self.t < self.T:
@@ -219,10 +219,15 @@ class Impala(Algorithm):
     def value_bounds(self, bindings: dict[str, int]) -> dict[str, int]:
         """What check_values (the base class's) checks, and the learner's C++ gate with it.
         Unsigned bounds check both ends: a negative index or action reads as a huge one."""
-        bounds = {"final_index": bindings["T"] * bindings["K"]}
+        bounds = {"final_index": bindings["T"] * bindings["K"], "terminated": 2, "truncated": 2}  # flags 0 or 1
         if isinstance(self.action_spec, spaces.DiscreteSpec):
             bounds["action"] = self.action_spec.n
         return bounds
+
+    def value_marks(self, bindings: dict[str, int]) -> list[tuple[str, str, str]]:
+        """final_index names each truncated step once, in order (t * K + k), and no truncated
+        step is also terminated: the loss bootstraps from a final observation exactly there."""
+        return [("final_index", "truncated", "terminated")]
 
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
         arrays = [m.arrays for m in msgs]
