@@ -180,3 +180,29 @@ def test_resume_with_another_optimizer_starts_it_afresh(tmp_path, endpoint, make
         assert torch.equal(v, resumed.model.state_dict()[k])
     make_actor(rms, learner=endpoint + "-rms")
     wait_for(lambda: resumed.updates >= saved["counters"]["updates"] + 2, 60, "RMSprop updates after resume")
+
+
+def test_a_fresh_run_that_has_not_trained_saves_nothing_and_moves_nothing(tmp_path, make_learner):
+    from zrl import spaces
+
+    ckdir = tmp_path / "run" / "checkpoints"
+    st = {"model_hash": "h", "model_shaping": {}, "model": {}, "optimizer": {}, "counters": {"updates": 7}, "config": {}}
+    checkpoint.save(ckdir, 7, st, keep=3)  # an earlier run's
+    learner, _ = make_learner(small_config(), logdir=tmp_path / "run", start=False)
+    learner._build(spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))  # as the first hello does
+    assert learner.save_checkpoint(1.0) is None  # Ctrl-C before the first update
+    assert [p.name for p in checkpoint.list_checkpoints(ckdir)] == ["ckpt-000000000007.pt"]
+    assert not [d for d in (tmp_path / "run").iterdir() if d.name.startswith("checkpoints-")]
+
+
+def test_resume_rmsprop_with_momentum_now(tmp_path, endpoint, make_learner, make_actor):
+    cfg = small_config("learner.optimizer=rmsprop", "learner.rmsprop_momentum=0.0")
+    logdir = tmp_path / "run"
+    first, r1 = train_a_little(make_learner, make_actor, cfg, logdir, 2)
+    first.close()
+    with_momentum = small_config("learner.optimizer=rmsprop", "learner.rmsprop_momentum=0.9")
+    resumed, runner = make_learner(with_momentum, logdir=logdir, resume=True, bind=endpoint + "-momentum")
+    assert all(g["momentum"] == 0.9 for g in resumed.optimizer.param_groups)
+    make_actor(with_momentum, learner=endpoint + "-momentum")
+    wait_for(lambda: resumed.updates >= r1.updates + 3 or runner.thread.is_alive() is False, 60, "updates after resume")
+    assert resumed.updates >= r1.updates + 3, "the trainer failed after resuming"

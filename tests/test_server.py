@@ -235,7 +235,17 @@ def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, 
         first._close_sockets()
         moved = small_config(*SERVE, "actor.learner_timeout_s=0.5",
                              f"learner.trajectory_bind={endpoint}-traj2", f"learner.weights_bind={endpoint}-weights2")
-        second, _ = make_learner(moved, bind=endpoint)  # the same control endpoint, as a restart on the same --bind
+        restarted = []
+
+        def restart():  # the same control endpoint, as a restart on the same --bind; ZeroMQ frees
+            try:        # a closed socket's inproc name asynchronously, as the OS does a port
+                restarted.append(make_learner(moved, bind=endpoint)[0])
+            except OSError as e:
+                assert "Address already in use" in str(e), e
+            return restarted
+
+        wait_for(restart, 30, "the control endpoint to be free again")
+        second = restarted[0]
         wait_for(lambda: server.link.endpoints != old_endpoints, 60, "the server to follow the learner to its new endpoints")
         wait_for(lambda: second.env_steps > 0 and second.updates >= 2, 60, "the restarted learner to train on client data")
     finally:

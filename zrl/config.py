@@ -603,7 +603,7 @@ def _build(cls: type, data: Any, section: str, source: str):
 # must be finite (an infinite timeout would reach an int() and crash an actor).
 INFINITY_ALLOWED = frozenset({
     "algo.clip_rho_threshold", "algo.clip_pg_rho_threshold", "algo.clip_c_threshold", "algo.reward_clip",
-    "run.stop_at_return", "run.max_seconds",
+    "run.stop_at_return", "run.max_seconds", "learner.max_grad_norm",
 })
 
 

@@ -304,7 +304,9 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             print("[zrl run] stopped before the learner started", flush=True)
             return 130
         learner.start()
-        if stopping.is_set():  # a signal during the start found no learner to ask
+        if asked["forced"]:  # signals during the start found no learner to ask or kill
+            learner.signal(signal.SIGKILL)
+        elif stopping.is_set():
             ask_learner()
         if ready_file:
             control = _wait_ready(ready_file, learner, stopping)

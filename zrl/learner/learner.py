@@ -275,6 +275,11 @@ class Learner:
                     opt.load_state_dict(st["optimizer"])
                     for group in opt.param_groups:
                         group.update(settings)
+                        if group.get("momentum", 0) > 0:  # RMSprop given momentum now: its buffers start at zero
+                            for p in group["params"]:
+                                state = opt.state[p]
+                                if state and "momentum_buffer" not in state:
+                                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 else:
                     self._say(f"warning: {self._resume_path} was trained with learner.optimizer {theirs}, this config "
                               f"has {lc.optimizer}: the optimiser starts afresh (the model's weights carry over)")
@@ -710,6 +715,8 @@ class Learner:
     def save_checkpoint(self, elapsed: float) -> Path | None:
         if self.ckdir is None or self.model is None:
             return None
+        if self._resume_state is None and self.updates == 0:
+            return None  # a fresh run that has not trained: nothing worth keeping, and nothing moved aside
         if self._resume_state is None and not self._ckdir_claimed:
             moved = checkpoint.set_aside(self.ckdir)
             if moved is not None:
@@ -742,7 +749,8 @@ class Learner:
         elapsed = time.perf_counter() - t_start
         if self.model is not None and self.ckdir is not None:
             path = self.save_checkpoint(elapsed)
-            self._say(f"checkpoint {path}")
+            if path is not None:
+                self._say(f"checkpoint {path}")
         reached = self._target_reached()
         mean = self.reached_mean if reached else self.mean_return()
         result = LearnerResult(

@@ -225,7 +225,7 @@ class AgentServer:
             if not self._probe.done.is_set():
                 return
             reply, self._probe = self._probe.reply, None
-            self._stuck_since = now
+            self._stuck_since = now if self.backlog else None
             if reply is None:
                 self._say(f"learner at {self.learner_endpoint} not answering; dropping the oldest chunks until it does")
             elif not self.link.follow(reply):
