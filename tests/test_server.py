@@ -1,6 +1,7 @@
 """The agent server and the Python client: handshake, stepping, batching, sessions, training."""
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import gymnasium as gym
@@ -17,16 +18,14 @@ OBS = {"type": "box", "shape": [4], "dtype": "float32"}
 ACT = {"type": "discrete", "n": 2}
 
 
-SERVE = (
-    "actor.num_envs=1",
-    "learner.batch_size=4",
-    "server.observation_space={type: box, shape: [4], dtype: float32}",
-    "server.action_space={type: discrete, n: 2}",
-)
-
-
 def serve_config(*overrides):
-    return small_config(*SERVE, *overrides)
+    return small_config(
+        "actor.num_envs=1",
+        "learner.batch_size=4",
+        "server.observation_space={type: box, shape: [4], dtype: float32}",
+        "server.action_space={type: discrete, n: 2}",
+        *overrides,
+    )
 
 
 @pytest.fixture
@@ -196,19 +195,33 @@ def play(ctx, server, seconds_or_done, seed):
     return returns
 
 
-def test_clients_train_the_learner_through_the_server(ctx, endpoint, make_learner, make_server):
-    cfg = serve_config()
-    learner, _ = make_learner(cfg)
+def learner_and_server(cfg, endpoint, make_learner, make_server):
+    """An in-process learner, and a server that has joined it: (learner, its runner, server)."""
+    learner, runner = make_learner(cfg)
     server = make_server(cfg, learner=endpoint)
     wait_for(lambda: server.link is not None and server.link.push is not None, 30, "server to join the learner")
+    return learner, runner, server
+
+
+@contextlib.contextmanager
+def clients_playing(ctx, server, n):
+    """n clients playing CartPole through the server while the block runs; the list it yields
+    holds their episode returns once the block has ended."""
     done = threading.Event()
-    runners = [Running(lambda i=i: play(ctx, server, done.is_set, i), f"client-{i}") for i in range(3)]
+    runners = [Running(lambda i=i: play(ctx, server, done.is_set, i), f"client-{i}") for i in range(n)]
+    results: list = []
     try:
-        wait_for(lambda: learner.updates >= 5 and learner.episodes >= 10, 60, "learner to train on client data")
-        wait_for(lambda: server.policy_version >= 1, 30, "server to apply new weights")
+        yield results
     finally:
         done.set()
-        results = [r.join(30) for r in runners]
+        results.extend(r.join(30) for r in runners)
+
+
+def test_clients_train_the_learner_through_the_server(ctx, endpoint, make_learner, make_server):
+    learner, _, server = learner_and_server(serve_config(), endpoint, make_learner, make_server)
+    with clients_playing(ctx, server, 3) as results:
+        wait_for(lambda: learner.updates >= 5 and learner.episodes >= 10, 60, "learner to train on client data")
+        wait_for(lambda: server.policy_version >= 1, 30, "server to apply new weights")
     assert all(len(r) > 0 for r in results)
     # Truncated episodes (time limit 30) were sent with their final observation.
     assert learner.rejected == {}, dict(learner.rejected)
@@ -217,13 +230,8 @@ def test_clients_train_the_learner_through_the_server(ctx, endpoint, make_learne
 
 def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, make_learner, make_server):
     # As with tcp ports "*": the restarted learner binds other trajectory and weights endpoints.
-    cfg = serve_config("actor.learner_timeout_s=0.5")
-    first, runner = make_learner(cfg)
-    server = make_server(cfg, learner=endpoint)
-    wait_for(lambda: server.link is not None and server.link.push is not None, 30, "server to join the learner")
-    done = threading.Event()
-    players = [Running(lambda i=i: play(ctx, server, done.is_set, i), f"client-{i}") for i in range(2)]
-    try:
+    first, runner, server = learner_and_server(serve_config("actor.learner_timeout_s=0.5"), endpoint, make_learner, make_server)
+    with clients_playing(ctx, server, 2):
         wait_for(lambda: first.updates >= 2, 60, "the first learner to train")
         old_endpoints = server.link.endpoints
         first.request_stop()
@@ -233,8 +241,7 @@ def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, 
         first._stop.set()
         first._receiver.join(5)
         first._close_sockets()
-        moved = small_config(*SERVE, "actor.learner_timeout_s=0.5",
-                             f"learner.trajectory_bind={endpoint}-traj2", f"learner.weights_bind={endpoint}-weights2")
+        moved = serve_config("actor.learner_timeout_s=0.5", f"learner.trajectory_bind={endpoint}-traj2", f"learner.weights_bind={endpoint}-weights2")
         restarted = []
 
         def restart():  # the same control endpoint, as a restart on the same --bind; ZeroMQ frees
@@ -248,7 +255,3 @@ def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, 
         second = restarted[0]
         wait_for(lambda: server.link.endpoints != old_endpoints, 60, "the server to follow the learner to its new endpoints")
         wait_for(lambda: second.env_steps > 0 and second.updates >= 2, 60, "the restarted learner to train on client data")
-    finally:
-        done.set()
-        for r in players:
-            r.join(30)

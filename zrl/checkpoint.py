@@ -131,16 +131,17 @@ def algo_changes(state: dict[str, Any], config) -> list[tuple[str, Any, Any]]:
     return _changes(state, config, "algo")
 
 
-# The optimiser's settings: on resume its moments carry over and these are the config's.
-OPTIMIZER_KEYS = ("learning_rate", "adam_betas", "adam_eps", "rmsprop_alpha", "rmsprop_eps", "rmsprop_momentum")
+def optimizer_of(state: dict[str, Any]) -> str:
+    """The checkpoint's learner.optimizer (its state carries over only to the same one)."""
+    return state["config"].get("learner", {}).get("optimizer", "adam")
 
 
 def optimizer_changes(state: dict[str, Any], config) -> list[tuple[str, Any, Any]]:
-    """(key, checkpoint's value, config's value) for each learner.* optimiser setting that
-    differs from the checkpoint's run (the learner says so; the config's apply)."""
-    prefix = "adam_" if config.learner.optimizer == "adam" else "rmsprop_"
-    keys = [k for k in OPTIMIZER_KEYS if k == "learning_rate" or k.startswith(prefix)]
-    return [c for c in _changes(state, config, "learner") if c[0] in keys]
+    """(key, checkpoint's value, config's value) for each setting of the config's optimiser
+    (learner.learning_rate, learner.<optimizer>_*) that differs from the checkpoint's run
+    (the learner says so; the config's apply)."""
+    prefix = f"{config.learner.optimizer}_"
+    return [c for c in _changes(state, config, "learner") if c[0] == "learning_rate" or c[0].startswith(prefix)]
 
 
 def _changes(state: dict[str, Any], config, section: str) -> list[tuple[str, Any, Any]]:

@@ -17,10 +17,25 @@ from zrl.config import ConfigError, load_config
 T_START = time.time()
 
 
-def _load(config_path, overrides):
+# Command-line flags that set a config value: they are overrides of their keys, so the
+# config's checks apply to them as to -o (an error names the flag).
+FLAG_KEYS = {
+    "actors": "run.num_actors",
+    "stop_at_return": "run.stop_at_return",
+    "max_seconds": "run.max_seconds",
+    "max_env_steps": "run.max_env_steps",
+}
+
+
+def _load(config_path, overrides, **flags):
+    """The config with the -o overrides, then the given flags (None: not given) on top."""
+    given = {FLAG_KEYS[name]: (name, value) for name, value in flags.items() if value is not None}
     try:
-        return load_config(config_path, list(overrides))
+        return load_config(config_path, [*overrides, *(f"{key}={value!r}" for key, (_, value) in given.items())])
     except ConfigError as e:
+        for key, (name, _) in given.items():
+            if f"{key}:" in str(e):
+                raise click.BadParameter(str(e), param_hint=f"'--{name.replace('_', '-')}'") from None
         raise click.ClickException(str(e)) from None
 
 
@@ -39,12 +54,12 @@ def _install_stop_handlers(on_stop) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _checked_number(param, value, positive=False):
-    """A float option's value, refused if NaN (click's float type takes "nan") or, with
-    `positive`, not above 0."""
-    if value is not None and (value != value or (positive and not value > 0)):
-        raise click.BadParameter(f"{value} is not {'a number > 0' if positive else 'a number'}", param=param)
-    return value
+def stop_options(f):
+    """--stop-at-return, --max-seconds, --max-env-steps (run.* settings; see FLAG_KEYS)."""
+    f = click.option("--max-env-steps", type=int, default=None, help="Stop after this many env steps (run.max_env_steps).")(f)
+    f = click.option("--max-seconds", type=float, default=None, help="Stop after this many seconds (run.max_seconds).")(f)
+    return click.option("--stop-at-return", type=float, default=None,
+                        help="Stop once the mean return of the last run.return_window episodes reaches this (run.stop_at_return).")(f)
 
 
 config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="YAML config (default: configs/cartpole_impala.yaml).")
@@ -66,9 +81,7 @@ def main(verbose: bool) -> None:
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in LOGDIR.")
 @click.option("--device", default=None, help="auto, cpu or cuda[:N] (default: learner.device).")
 @click.option("--seed", type=int, default=None, help="Seed for the model's initialisation (default: run.seed).")
-@click.option("--stop-at-return", type=float, callback=lambda c, p, v: _checked_number(p, v), default=None, help="Stop when the mean return of the last run.return_window episodes reaches this.")
-@click.option("--max-seconds", type=float, callback=lambda c, p, v: _checked_number(p, v, positive=True), default=None, help="Stop after this many seconds.")
-@click.option("--max-env-steps", type=click.IntRange(min=1), default=None, help="Stop after this many env steps.")
+@stop_options
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
 def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file):
     """Train: receive trajectories, publish weights, checkpoint."""
@@ -77,10 +90,10 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
         overrides.append(f"learner.device={device}")
     if seed is not None:
         overrides.append(f"run.seed={seed}")
-    cfg = _load(config_path, overrides)
+    cfg = _load(config_path, overrides, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
     from zrl.launch import run_learner
 
-    sys.exit(run_learner(cfg, bind, logdir or cfg.run.logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps, ready_file=ready_file, install_signals=_install_stop_handlers))
+    sys.exit(run_learner(cfg, bind, logdir or cfg.run.logdir, resume=resume, ready_file=ready_file, install_signals=_install_stop_handlers))
 
 
 @main.command()
@@ -94,7 +107,7 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
 def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eval_mode):
     """Step environments and stream trajectories to a learner."""
     cfg = _load(config_path, overrides)
-    if index < 0 or num_actors < 1 or index >= num_actors:
+    if index >= num_actors:
         raise click.BadParameter(f"--index {index} must be in [0, --num-actors {num_actors})")
     from zrl.launch import run_actor
 
@@ -104,29 +117,27 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
 @main.command()
 @config_option
 @override_option
-@click.option("--actors", type=click.IntRange(min=0), default=None, help="Actor processes (default: run.num_actors).")
+@click.option("--actors", type=int, default=None, help="Actor processes (run.num_actors).")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
 @click.option("--logdir", type=click.Path(file_okay=False), default=None, help="Output directory (default: run.logdir).")
 @click.option("--bind", default=None, help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
-@click.option("--stop-at-return", type=float, callback=lambda c, p, v: _checked_number(p, v), default=None, help="Stop once the mean return of the last run.return_window episodes reaches this.")
-@click.option("--max-seconds", type=float, callback=lambda c, p, v: _checked_number(p, v, positive=True), default=None, help="Stop after this many seconds.")
-@click.option("--max-env-steps", type=click.IntRange(min=1), default=None, help="Stop after this many env steps.")
+@stop_options
 @click.option("--resume", is_flag=True, help="Resume the learner from LOGDIR's newest checkpoint.")
 def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume):
     """Start a learner and N actors on this machine; stop them all on exit."""
-    cfg = _load(config_path, overrides)
+    cfg = _load(config_path, overrides, actors=actors, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
     from zrl.launch import RunOptions, run_local
 
     opts = RunOptions(
         config_path=config_path,
         overrides=list(overrides),
-        num_actors=cfg.run.num_actors if actors is None else actors,
+        num_actors=cfg.run.num_actors,
         seed=cfg.run.seed if seed is None else seed,
         logdir=logdir or cfg.run.logdir,
         bind=bind,
-        stop_at_return=stop_at_return if stop_at_return is not None else cfg.run.stop_at_return,
-        max_seconds=max_seconds if max_seconds is not None else cfg.run.max_seconds,
-        max_env_steps=max_env_steps,
+        stop_at_return=cfg.run.stop_at_return,
+        max_seconds=cfg.run.max_seconds,
+        max_env_steps=cfg.run.max_env_steps,
         resume=resume,
         t_start=_process_start_time(),
     )

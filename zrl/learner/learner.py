@@ -244,7 +244,7 @@ class Learner:
         checkpoint.check_compatible(path, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
         for key, theirs, ours in checkpoint.algo_changes(state, self.config):
             self._say(f"warning: {path} was trained with algo.{key} {theirs!r}, this config has {ours!r}")
-        if state["config"].get("learner", {}).get("optimizer", "adam") == self.config.learner.optimizer:
+        if checkpoint.optimizer_of(state) == self.config.learner.optimizer:
             for key, theirs, ours in checkpoint.optimizer_changes(state, self.config):
                 self._say(f"{path} was trained with learner.{key} {theirs!r}; resuming with this config's {ours!r}")
         self._resume_state = state
@@ -268,7 +268,7 @@ class Learner:
         if st is not None:
             try:
                 model.load_state_dict(st["model"])
-                theirs = st["config"].get("learner", {}).get("optimizer", "adam")
+                theirs = checkpoint.optimizer_of(st)
                 if theirs == lc.optimizer:
                     # The moments carry over; the settings are the config's (load_state_dict
                     # would bring back the checkpoint's learning rate, eps, betas, ...).
