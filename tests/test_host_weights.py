@@ -1,10 +1,12 @@
-"""HostWeights: the learner's weights on the host for publishing, without a blocking copy."""
+"""Host copies without a blocking round trip: HostWeights (the learner's weights, for
+publishing) and Ape-X's HostPriorities (new priorities, for the replay)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
+from zrl.learner.algorithms.apex_dqn import HostPriorities
 from zrl.learner.learner import HostWeights
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,3 +53,38 @@ def test_gpu_copy_lands_in_stream_order_and_skips_while_in_flight():
     torch.cuda.synchronize()
     version, params = hw.ready()
     assert version == 3 and params[0] == 1.0
+
+
+class RecordingReplay:
+    def __init__(self):
+        self.updates = []
+
+    def update_priorities(self, keys, priorities):
+        self.updates.append((np.asarray(keys).copy(), np.asarray(priorities).copy()))
+
+
+def test_cpu_priorities_reach_the_replay_at_once():
+    replay, hp = RecordingReplay(), HostPriorities()
+    hp.put(replay, np.array([4, 7]), torch.tensor([0.5, 2.0]))
+    assert len(replay.updates) == 1
+    keys, prio = replay.updates[0]
+    np.testing.assert_array_equal(keys, [4, 7])
+    np.testing.assert_array_equal(prio, [0.5, 2.0])
+    hp.flush()  # nothing in flight
+    assert len(replay.updates) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_priorities_reach_the_replay_one_update_late_and_on_flush():
+    replay, hp = RecordingReplay(), HostPriorities()
+    td = torch.full((1 << 16,), 3.0, device="cuda")
+    hp.put(replay, np.arange(4), td[:4] + 1.0)
+    assert replay.updates == []  # in flight
+    td.add_(10.0)
+    hp.put(replay, np.arange(4, 8), td[:4] * 1.0)  # writes the first before reusing the pinned buffer
+    assert len(replay.updates) == 1
+    np.testing.assert_array_equal(replay.updates[0][0], [0, 1, 2, 3])
+    np.testing.assert_array_equal(replay.updates[0][1], [4.0] * 4)
+    hp.flush()
+    np.testing.assert_array_equal(replay.updates[1][0], [4, 5, 6, 7])
+    np.testing.assert_array_equal(replay.updates[1][1], [13.0] * 4)

@@ -12,7 +12,9 @@ thread (the GIL is released there, so this overlaps with training), samples
 batches with importance weights, minimises the weighted Huber loss of double
 DQN targets from a target network synced every K updates, and writes the new
 |TD errors| back as priorities. Keys of items overwritten in the meantime are
-ignored by the replay (its slots carry generations).
+ignored by the replay (its slots carry generations). On a GPU the priorities
+reach the replay one update late (`HostPriorities`), so the host samples the
+next batch while the GPU trains on this one.
 """
 from __future__ import annotations
 
@@ -167,6 +169,47 @@ class ApexRecorder(Recorder):
         return [self.sender.encode(wire.Kind.TRAJECTORY, arrays, self.policy_version)]
 
 
+class HostPriorities:
+    """New priorities on their way from the loss's device to the replay.
+
+    On CPU `put` writes them at once. On a GPU it queues a copy into pinned memory
+    behind the update, records an event and returns: the next `put` (or `flush`) waits
+    for that event and writes them. By then the next update is queued behind it, so the
+    GPU keeps training while the host waits, where a blocking `.cpu()` would leave it
+    idle while the host samples the next batch. One update late costs nothing an
+    asynchronous learner does not already accept: the batch after may sample an item
+    before its priority is updated.
+    """
+
+    def __init__(self):
+        self.pending: tuple[PrioritizedReplay, np.ndarray] | None = None
+        self.host: torch.Tensor | None = None
+        self.event = None
+        self.stream = None
+
+    def put(self, replay: PrioritizedReplay, keys: np.ndarray, prio: torch.Tensor) -> None:
+        self.flush()
+        if prio.device.type != "cuda":
+            replay.update_priorities(keys, prio.numpy())
+            return
+        if self.host is None or self.host.shape != prio.shape:
+            self.host = torch.empty(prio.shape, dtype=prio.dtype, pin_memory=True)
+            self.event = torch.cuda.Event()
+        self.stream = torch.cuda.current_stream(prio.device)  # the learner's, on its own GPU
+        with torch.cuda.stream(self.stream):
+            self.host.copy_(prio, non_blocking=True)
+        self.event.record(self.stream)
+        self.pending = (replay, keys)
+
+    def flush(self) -> None:
+        """Write priorities still in flight (before the next ones, and before a checkpoint)."""
+        if self.pending is None:
+            return
+        (replay, keys), self.pending = self.pending, None
+        self.event.synchronize()
+        replay.update_priorities(keys, self.host.numpy())
+
+
 class ApexDQN(Algorithm):
     name = "apex_dqn"
     uses_replay = True
@@ -184,6 +227,7 @@ class ApexDQN(Algorithm):
         self._pending_replay_state = None
         self._replay_lock = threading.Lock()  # the receiver's ingest and the trainer's sample both make it
         self._keys: np.ndarray | None = None
+        self._priorities = HostPriorities()
         self._updates = 0
 
     def build_model(self) -> QNetwork:
@@ -293,8 +337,7 @@ class ApexDQN(Algorithm):
         return loss, {"loss/td": loss.detach(), "q/mean": q.detach().mean(), "q/td_abs": td.detach().abs().mean()}
 
     def after_update(self, model, batch, info) -> None:
-        prio = (self._td.abs() + self.hp.priority_eps).to("cpu").numpy()
-        self.replay.update_priorities(self._keys, prio)
+        self._priorities.put(self.replay, self._keys, self._td.abs() + self.hp.priority_eps)
         self._updates += 1
         if self._updates % self.hp.target_update_interval == 0:
             self.target.load_state_dict(model.state_dict())
@@ -303,6 +346,7 @@ class ApexDQN(Algorithm):
         # Until the first update after a resume, the target and replay are still the
         # checkpoint's (pending): a run that stops before then saves them as it found them.
         state = {"updates": self._updates}
+        self._priorities.flush()
         if self.target is not None:
             state["target"] = self.target.state_dict()
         elif self._pending_target_state is not None:
