@@ -11,6 +11,9 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
 
 
 class CMakeExtension(Extension):
@@ -43,7 +46,19 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", ".", *build_args], cwd=build_temp, check=True)
 
 
+class BuildPy(build_py):
+    """Ships configs/*.yaml inside the package (zrl/configs/), so an installed zrl finds its
+    default config from any directory. An editable install reads ./configs itself."""
+
+    def run(self) -> None:
+        super().run()
+        dest = Path(self.build_lib) / "zrl" / "configs"
+        dest.mkdir(parents=True, exist_ok=True)
+        for src in sorted((ROOT / "configs").glob("*.yaml")):
+            self.copy_file(str(src), str(dest / src.name))
+
+
 setup(
     ext_modules=[CMakeExtension("zrl._core")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
 )

@@ -44,6 +44,25 @@ def test_resume_continues_the_counters(tmp_path, endpoint, make_learner, make_ac
     assert second.env_steps > r1.env_steps
 
 
+def test_resuming_a_run_whose_returns_already_reach_the_target_says_so(tmp_path, endpoint, make_learner, make_actor, caplog):
+    cfg = small_config("run.return_window=2")
+    logdir = tmp_path / "run"
+    first, runner = make_learner(cfg, logdir=logdir)
+    actor, _ = make_actor(cfg)
+    wait_for(lambda: len(first.returns) == 2 and first.updates >= 1, 60, "episodes to finish")
+    first.request_stop()
+    runner.join(30)
+    actor.stop.set()
+    first.close()
+    returns = checkpoint.load(checkpoint.list_checkpoints(logdir / "checkpoints")[-1])["counters"]["recent_returns"]
+    assert len(returns) == 2
+    with caplog.at_level(logging.INFO, logger="zrl.learner"):
+        make_learner(cfg, logdir=logdir, resume=True, start=False, bind=endpoint + "-high", stop_at_return=max(returns) + 1)
+        assert "already reach" not in caplog.text
+        make_learner(cfg, logdir=logdir, resume=True, start=False, bind=endpoint + "-low", stop_at_return=min(returns))
+    assert "already reach the target" in caplog.text and "raise --stop-at-return" in caplog.text
+
+
 def test_incompatible_checkpoint_is_refused_saying_why(tmp_path, make_learner, make_actor):
     cfg = small_config()
     logdir = tmp_path / "run"
@@ -65,6 +84,14 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert state["counters"]["updates"] == 1
     with pytest.raises(CheckpointError, match="cannot be read"):
         checkpoint.load(newest)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_without_torchs_advice(tmp_path):
+    bad = tmp_path / "garbage.pt"
+    bad.write_bytes(b"garbage\n")
+    with pytest.raises(CheckpointError, match=r"garbage.pt: not a zrl checkpoint: damaged") as e:
+        checkpoint.load(bad)
+    assert "weights_only" not in str(e.value)  # torch's text advises loading it unsafely
 
 
 def test_a_write_killed_midway_leaves_the_previous_checkpoint(tmp_path, monkeypatch):

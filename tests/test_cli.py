@@ -65,7 +65,8 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path):
         code = run.wait(60)
     finally:
         run.kill_tree()
-    assert code == 0, run.output
+    assert code == 130, run.output
+    assert "second signal" not in run.output, "each child is asked to stop once"
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left behind: {alive}"
     assert (tmp_path / "checkpoints").is_dir() and any((tmp_path / "checkpoints").iterdir()), "learner checkpoints on Ctrl-C"
@@ -151,6 +152,31 @@ def test_short_run_then_eval_and_resume(tmp_path):
     assert "resumed from" in again.output
     s2 = json.loads((tmp_path / "summary.json").read_text())
     assert s2["env_steps"] >= 45000 and s2["updates"] > summary["updates"]
+    assert s2["env_steps_this_run"] == s2["env_steps"] - summary["env_steps"]  # the rate is this run's
+    assert s2["env_steps_per_s"] == pytest.approx(s2["env_steps_this_run"] / s2["wall_s"], rel=0.01)
+
+
+@pytest.mark.timeout(60)
+def test_an_env_that_cannot_be_made_stops_the_run_at_once(tmp_path):
+    run = Proc(["run", "--logdir", str(tmp_path), "--max-seconds", "100", "-o", "env.id=NoSuchEnv-v9"])
+    assert run.wait(50) == 2, run.output
+    assert "env.id: cannot make 'NoSuchEnv-v9'" in run.output and "Traceback" not in run.output, run.output
+    assert "restarting" not in run.output, "an actor whose config cannot work is not restarted"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "cannot run with this config" in summary["stop_reason"] and summary["env_steps"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_bad_endpoints_logdirs_and_names_are_named_without_a_traceback(tmp_path):
+    (tmp_path / "file").write_text("")
+    for args, why in ((["actor", "--learner", "127.0.0.1:5555"], "expected tcp://HOST:PORT, ipc://PATH or inproc://NAME"),
+                      (["learner", "--bind", "tcp://127.0.0.1:99999"], "the port must be 1-65535 or *"),
+                      (["serve", "--learner", "tcp://127.0.0.1:*"], "port * can only be bound"),
+                      (["run", "--logdir", str(tmp_path / "file" / "run")], "cannot use logdir"),
+                      (["learner", "--logdir", str(tmp_path / "file" / "run"), "--bind", "tcp://127.0.0.1:*"], "cannot use logdir"),
+                      (["bench", "nosuch"], "is not one of 'kernels', 'client'")):
+        p = Proc(args)
+        assert p.wait(30) == 2 and why in p.output and "Traceback" not in p.output, (args, p.output)
 
 
 @pytest.mark.timeout(120)

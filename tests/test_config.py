@@ -1,6 +1,9 @@
 """Config: typed sections, unknown keys and bad values named with the file."""
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
 from zrl.config import ALGO_CONFIGS, Config, ConfigError, ImpalaConfig, config_from_dict, load_config
@@ -118,3 +121,38 @@ def test_every_registered_algorithm_has_a_loadable_module():
 
     for name in ALGO_CONFIGS:
         assert algorithms.get(name).name == name
+
+
+def test_an_override_that_breaks_the_config_is_named_rather_than_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"^override 'learner.learning_rat=1e-3': unknown key learner.learning_rat "):
+        load_config(DEFAULT_CONFIG, ["learner.learning_rat=1e-3"])
+    # the last override of a key is the one that counts, so it is the one named
+    with pytest.raises(ConfigError, match=r"^override 'learner.learning_rate=-1': learner.learning_rate: must be > 0$"):
+        load_config(DEFAULT_CONFIG, ["learner.learning_rate=0.1", "learner.learning_rate=-1"])
+    with pytest.raises(ConfigError, match=r"^override 'server.bind=tcp://1.2.3.4': server.bind: endpoint"):
+        load_config(DEFAULT_CONFIG, ["server.bind=tcp://1.2.3.4"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  max_seconds: -1\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(bad))}: run.max_seconds: must be > 0$"):  # the file's own value
+        load_config(bad, ["learner.learning_rate=0.1"])
+
+
+@pytest.mark.timeout(120)
+def test_an_installed_package_ships_the_configs_and_finds_its_default(tmp_path):
+    """`pip install .` (not editable) builds through setup.py's build_py: the package it
+    installs must hold configs/*.yaml, and `zrl run` without --config must find the
+    default from any directory."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    lib = tmp_path / "lib"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=ROOT, check=True, capture_output=True, timeout=100)
+    shipped = sorted(p.name for p in (lib / "zrl" / "configs").glob("*.yaml"))
+    assert shipped == sorted(p.name for p in (ROOT / "configs").glob("*.yaml")) and "cartpole_impala.yaml" in shipped
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run([sys.executable, "-c", "from zrl.config import default_config_path, load_config as l; p = default_config_path(); l(p); print(p)"],
+                         cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(lib)}, check=True, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == str(lib / "zrl" / "configs" / "cartpole_impala.yaml")

@@ -93,3 +93,20 @@ def test_actor_connects_and_gets_current_weights(make_learner, make_actor):
     wait_for(lambda: learner.updates >= 3, 60, "learner updates from the actor's data")
     wait_for(lambda: actor.policy_version >= 1, 60, "actor applies published weights")
     assert actor.weights_applied >= 2  # the hello reply, then at least one broadcast
+
+
+def test_endpoints_of_the_wrong_form_are_named_before_libzmq_sees_them():
+    from zrl.client import Client, UsageError
+    from zrl.transport import endpoint_problem
+
+    for ep in ("tcp://127.0.0.1:5555", "tcp://learner.example:7", "ipc:///tmp/x", "inproc://a", "tcp://[::1]:80"):
+        assert endpoint_problem(ep, binding=False) is None, ep
+    assert endpoint_problem("tcp://127.0.0.1:*", binding=True) is None
+    for ep, why in (("127.0.0.1:5555", "expected tcp://HOST:PORT, ipc://PATH or inproc://NAME"), ("udp://h:1", "expected tcp://"),
+                    ("tcp://h", "expected tcp://HOST:PORT"), ("tcp://:5", "expected tcp://HOST:PORT"), ("ipc://", "nothing after"),
+                    ("tcp://h:99999", "the port must be 1-65535"), ("tcp://h:0", "the port must be"), ("tcp://h:*", "can only be bound")):
+        problem = endpoint_problem(ep, binding=False)
+        assert problem is not None and why in problem, (ep, problem)
+    assert "1-65535 or *" in endpoint_problem("tcp://h:99999", binding=True)
+    with pytest.raises(UsageError, match="expected tcp://HOST:PORT"):
+        Client("127.0.0.1:5555", {"type": "box", "shape": [4], "dtype": "float32"}, {"type": "discrete", "n": 2})

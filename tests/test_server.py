@@ -255,3 +255,27 @@ def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, 
         second = restarted[0]
         wait_for(lambda: server.link.endpoints != old_endpoints, 60, "the server to follow the learner to its new endpoints")
         wait_for(lambda: second.env_steps > 0 and second.updates >= 2, 60, "the restarted learner to train on client data")
+
+
+def test_the_server_serves_a_checkpoints_weights_and_says_which(tmp_path, ctx, endpoint, make_server, caplog):
+    import logging
+
+    import torch
+
+    from zrl import checkpoint
+
+    cfg = serve_config()
+    plain = make_server(cfg, run=False)
+    weights = {k: v + 1.0 for k, v in plain.model.state_dict().items()}
+    obs, act = plain.obs_spec.to_json(), plain.action_spec.to_json()
+    checkpoint.save(tmp_path / "checkpoints", 7, {
+        "model_hash": cfg.model_hash(obs, act), "model_shaping": cfg.model_shaping(obs, act), "model": weights, "optimizer": {},
+        "counters": {"updates": 7, "env_steps": 70, "episodes": 1}, "config": cfg.to_dict()}, keep=1)
+    with caplog.at_level(logging.INFO, logger="zrl.server"):
+        served = AgentServer(cfg, endpoint + "-checkpoint", None, ctx=ctx, console=False, checkpoint_path=str(tmp_path))
+    try:
+        for k, v in served.model.state_dict().items():
+            assert torch.equal(v, weights[k]), k
+        assert "ckpt-000000000007.pt (update 7, env step 70)" in caplog.text
+    finally:
+        served.close()

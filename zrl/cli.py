@@ -12,6 +12,7 @@ import time
 
 import click
 
+from zrl.bench import BENCHMARKS, BenchUnavailable
 from zrl.config import ConfigError, load_config
 
 T_START = time.time()
@@ -21,22 +22,51 @@ T_START = time.time()
 # config's checks apply to them as to -o (an error names the flag).
 FLAG_KEYS = {
     "actors": "run.num_actors",
+    "device": "learner.device",
+    "seed": "run.seed",
     "stop_at_return": "run.stop_at_return",
     "max_seconds": "run.max_seconds",
     "max_env_steps": "run.max_env_steps",
 }
 
 
+def _flag_overrides(flags: dict) -> dict[str, str]:
+    """{flag name: the override it stands for} for the flags given (not None)."""
+    return {name: f"{FLAG_KEYS[name]}={value!r}" for name, value in flags.items() if value is not None}
+
+
 def _load(config_path, overrides, **flags):
     """The config with the -o overrides, then the given flags (None: not given) on top."""
-    given = {FLAG_KEYS[name]: (name, value) for name, value in flags.items() if value is not None}
+    given = _flag_overrides(flags)
     try:
-        return load_config(config_path, [*overrides, *(f"{key}={value!r}" for key, (_, value) in given.items())])
+        return load_config(config_path, [*overrides, *given.values()])
     except ConfigError as e:
-        for key, (name, _) in given.items():
-            if f"{key}:" in str(e):
-                raise click.BadParameter(str(e), param_hint=f"'--{name.replace('_', '-')}'") from None
-        raise click.ClickException(str(e)) from None
+        for name, item in given.items():
+            prefix = f"override {item!r}: "
+            if str(e).startswith(prefix):
+                raise click.BadParameter(str(e)[len(prefix):], param_hint=f"'--{name.replace('_', '-')}'") from None
+        raise ConfigProblem(str(e)) from None
+
+
+class ConfigProblem(click.ClickException):
+    """A bad config or override: exit code 2, as for any other usage error (zrl run does not
+    restart an actor that exits with it)."""
+
+    exit_code = 2
+
+
+def _endpoint(binding: bool):
+    """A click callback that refuses a malformed endpoint (libzmq would only say "Invalid argument")."""
+
+    def check(ctx, param, value):
+        from zrl.transport import endpoint_problem
+
+        problem = value is not None and endpoint_problem(value, binding=binding)
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+
+    return check
 
 
 def _install_stop_handlers(on_stop) -> None:
@@ -76,7 +106,7 @@ def main(verbose: bool) -> None:
 @main.command()
 @config_option
 @override_option
-@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, help="Control endpoint (ROUTER) that actors say hello to; port may be *.")
+@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, callback=_endpoint(True), help="Control endpoint (ROUTER) that actors say hello to; port may be *.")
 @click.option("--logdir", type=click.Path(file_okay=False), default=None, help="TensorBoard events, checkpoints (default: run.logdir).")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in LOGDIR.")
 @click.option("--device", default=None, help="auto, cpu or cuda[:N] (default: learner.device).")
@@ -85,12 +115,7 @@ def main(verbose: bool) -> None:
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
 def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file):
     """Train: receive trajectories, publish weights, checkpoint."""
-    overrides = list(overrides)
-    if device is not None:
-        overrides.append(f"learner.device={device}")
-    if seed is not None:
-        overrides.append(f"run.seed={seed}")
-    cfg = _load(config_path, overrides, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    cfg = _load(config_path, overrides, device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
     from zrl.launch import run_learner
 
     sys.exit(run_learner(cfg, bind, logdir or cfg.run.logdir, resume=resume, ready_file=ready_file, install_signals=_install_stop_handlers))
@@ -99,7 +124,7 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
 @main.command()
 @config_option
 @override_option
-@click.option("--learner", "learner_endpoint", default="tcp://127.0.0.1:5555", show_default=True, help="The learner's control endpoint.")
+@click.option("--learner", "learner_endpoint", default="tcp://127.0.0.1:5555", show_default=True, callback=_endpoint(False), help="The learner's control endpoint.")
 @click.option("--index", type=click.IntRange(min=0), default=0, show_default=True, help="This actor's index (its sender id).")
 @click.option("--num-actors", type=click.IntRange(min=1), default=1, show_default=True, help="How many actors there are in all.")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
@@ -120,17 +145,18 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
 @click.option("--actors", type=int, default=None, help="Actor processes (run.num_actors).")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
 @click.option("--logdir", type=click.Path(file_okay=False), default=None, help="Output directory (default: run.logdir).")
-@click.option("--bind", default=None, help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
+@click.option("--bind", default=None, callback=_endpoint(True), help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
 @stop_options
 @click.option("--resume", is_flag=True, help="Resume the learner from LOGDIR's newest checkpoint.")
 def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume):
     """Start a learner and N actors on this machine; stop them all on exit."""
-    cfg = _load(config_path, overrides, actors=actors, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    flags = dict(actors=actors, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    cfg = _load(config_path, overrides, **flags)
     from zrl.launch import RunOptions, run_local
 
     opts = RunOptions(
         config_path=config_path,
-        overrides=list(overrides),
+        overrides=[*overrides, *_flag_overrides(flags).values()],  # the children read the config this one did
         num_actors=cfg.run.num_actors,
         seed=cfg.run.seed if seed is None else seed,
         logdir=logdir or cfg.run.logdir,
@@ -147,8 +173,8 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
 @main.command()
 @config_option
 @override_option
-@click.option("--bind", default=None, help="Endpoint clients connect to (default: server.bind).")
-@click.option("--learner", "learner_endpoint", default=None, help="The learner's control endpoint; without it the server only serves the policy (inference only).")
+@click.option("--bind", default=None, callback=_endpoint(True), help="Endpoint clients connect to (default: server.bind).")
+@click.option("--learner", "learner_endpoint", default=None, callback=_endpoint(False), help="The learner's control endpoint; without it the server only serves the policy (inference only).")
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(exists=True), help="Serve this checkpoint's weights (a file or a logdir).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling actions (default: run.seed).")
 def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed):
@@ -192,19 +218,18 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
     click.echo(f"mean return {result['mean_return']:.2f} over {result['episodes']} episodes (min {result['min_return']:.1f}, max {result['max_return']:.1f}, {'sampled' if sample else 'greedy'})")
 
 
-@main.command()
-@click.argument("name")
+@main.command(help=f"Run benchmark NAME ({', '.join(BENCHMARKS)}) or all of them, side by side with their references; bench/README.md says what each measures.")
+@click.argument("name", type=click.Choice([*BENCHMARKS, "all"]), metavar="NAME")
 @click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
 @click.option("--quick", is_flag=True, help="Small sizes and few repeats (a smoke test, not a measurement).")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
 def bench(name, out, quick, repeats):
-    """Run benchmark NAME (or `all`) side by side with its references."""
     from zrl.bench.runner import run_benchmarks
 
     try:
         run_benchmarks(name, out, quick=quick, repeats=repeats)
-    except KeyError as e:
-        raise click.ClickException(str(e.args[0])) from None
+    except BenchUnavailable as e:
+        raise click.ClickException(str(e)) from None
 
 
 def _process_start_time() -> float:

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -51,6 +52,14 @@ class ConfigError(ValueError):
 def _check(cond: bool, key: str, why: str) -> None:
     if not cond:
         raise ConfigError(f"{key}: {why}")
+
+
+def _check_endpoint(endpoint: str | None, key: str) -> None:
+    from zrl.transport import endpoint_problem
+
+    problem = endpoint is not None and endpoint_problem(endpoint, binding=True)
+    if problem:
+        raise ConfigError(f"{key}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -348,6 +357,8 @@ class LearnerConfig:
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "learner.device", "must be auto, cpu or cuda[:N]")
         _check(self.torch_threads >= 1, "learner.torch_threads", "must be >= 1")
         _check(self.precision in ("fp32", "bf16", "auto"), "learner.precision", "must be fp32, bf16 or auto")
+        for key in ("trajectory_bind", "weights_bind"):
+            _check_endpoint(getattr(self, key), f"learner.{key}")
         _check(self.checkpoint_interval_s > 0, "learner.checkpoint_interval_s", "must be > 0")
         _check(self.keep_checkpoints >= 1, "learner.keep_checkpoints", "must be >= 1")
         _check(self.log_interval_s > 0, "learner.log_interval_s", "must be > 0")
@@ -416,6 +427,7 @@ class ServerConfig:
         _check(self.max_clients >= 1, "server.max_clients", "must be >= 1")
         _check(0 <= self.index < 2**32, "server.index", "must be in [0, 2**32)")
         _check(self.backlog >= 1, "server.backlog", "must be >= 1")
+        _check_endpoint(self.bind, "server.bind")
 
 
 @dataclass(frozen=True)
@@ -510,10 +522,13 @@ def _to_plain(x: Any) -> Any:
 
 
 def default_config_path() -> Path:
-    """configs/cartpole_impala.yaml: next to the package (a source checkout) or in the working directory."""
-    here = Path(__file__).resolve().parent.parent / "configs" / "cartpole_impala.yaml"
-    if here.exists():
-        return here
+    """configs/cartpole_impala.yaml: next to the package (a source checkout, an editable
+    install), else the copy an installed package ships (zrl/configs/), else in the
+    working directory."""
+    package = Path(__file__).resolve().parent
+    for here in (package.parent / "configs", package / "configs"):
+        if (here / "cartpole_impala.yaml").exists():
+            return here / "cartpole_impala.yaml"
     return Path("configs") / "cartpole_impala.yaml"
 
 
@@ -537,7 +552,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides, str(p))
-    return config_from_dict(raw, source=str(p))
+    try:
+        return config_from_dict(raw, source=str(p))
+    except ConfigError as e:
+        raise _blame_override(e, str(p), overrides) from None
+
+
+def _blame_override(e: ConfigError, source: str, overrides) -> ConfigError:
+    """The error attributed to the override that set the key it names (the last one, as it
+    is the one that counts), rather than to the file."""
+    msg = str(e)
+    for item in reversed(list(overrides)):
+        key = item.split("=", 1)[0].strip()
+        if re.search(rf"(^|[\s:]){re.escape(key)}\b(?!\.)", msg):
+            detail = msg[len(source) + 2 :] if msg.startswith(f"{source}: ") else msg
+            return ConfigError(f"override {item!r}: {detail}")
+    return e
 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], source: str) -> dict:

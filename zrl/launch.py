@@ -10,6 +10,7 @@ even a SIGKILL of this process leaves none behind.
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import os
 import select
@@ -49,22 +50,27 @@ def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=
         result = learner.run()
     finally:
         learner.close()
-    return 1 if result.stop_reason.startswith("receiver failed") else 0
+    if result.stop_reason.startswith("receiver failed"):
+        return 1
+    return 130 if result.stop_reason == "interrupted" else 0
 
 
 def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, seed, install_signals: Callable | None = None, eval_mode: bool = False) -> int:
     from zrl.actors.actor import Actor, HelloError
+    from zrl.config import ConfigError
 
     stop = threading.Event()
     if install_signals is not None:
         install_signals(stop.set)
-    actor = Actor(cfg, learner_endpoint, index, num_actors, seed, stop=stop, eval_mode=eval_mode)
     try:
-        actor.run()
+        Actor(cfg, learner_endpoint, index, num_actors, seed, stop=stop, eval_mode=eval_mode).run()
+    except ConfigError as e:  # e.g. an env id that gymnasium cannot make: a restart would not help
+        print(f"[actor {index}] error: {e}", file=sys.stderr, flush=True)
+        return 2
     except HelloError as e:
         print(f"[actor {index}] error: {e}", file=sys.stderr, flush=True)
         return 3
-    return 0
+    return 130 if stop.is_set() else 0  # stopped by a signal, or told to by the learner
 
 
 def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, checkpoint_path=None, seed=None, install_signals: Callable | None = None) -> int:
@@ -86,7 +92,7 @@ def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, c
     except HelloError as e:
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return 3
-    return 0
+    return 130 if stop.is_set() else 0
 
 
 def _warn_if_exposed(role: str, endpoint: str, cfg: Config) -> None:
@@ -124,6 +130,18 @@ def _die_with_parent() -> None:
         pass
 
 
+def _line_buffered_stdio() -> None:
+    """One write per line on stdout and stderr, so the lines of children that share a pipe
+    never interleave mid-line. Unbuffered (PYTHONUNBUFFERED), print() writes a line's text
+    and its newline in two writes, and another child's line could land between them."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or not isinstance(getattr(stream, "buffer", None), io.FileIO):
+            continue
+        raw = io.FileIO(stream.fileno(), "w", closefd=False)
+        setattr(sys, name, io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True))
+
+
 class _ForkedProcess:
     """A child made by fork() that runs `zrl ARGS` in-process: the Popen calls run_local needs.
 
@@ -144,6 +162,7 @@ class _ForkedProcess:
                 _die_with_parent()
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     signal.signal(sig, signal.SIG_DFL)
+                _line_buffered_stdio()
                 from zrl.cli import main
 
                 main(args=argv, prog_name="zrl", standalone_mode=True)
@@ -203,9 +222,12 @@ class _Child:
         self.proc: subprocess.Popen | _ForkedProcess | None = None
         self.restarts = 0
         self.restart_at: float | None = None
+        self.gave_up: int | None = None  # the exit code after which it is not restarted
         self.on_start = None  # called after each (re)start
+        self._stop_sent = False
 
     def start(self) -> None:
+        self._stop_sent = False
         if self.fork:
             self.proc = _ForkedProcess(self.argv[3:])
         else:
@@ -223,10 +245,20 @@ class _Child:
             except ProcessLookupError:
                 pass
 
+    def stop(self) -> None:
+        """SIGTERM, once: a second one would make it exit without its clean stop."""
+        if not self._stop_sent:
+            self._stop_sent = True
+            self.signal(signal.SIGTERM)
+
 
 def run_local(cfg: Config, opts: RunOptions) -> int:
     logdir = Path(opts.logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"[zrl run] error: cannot use logdir {logdir}: {e.strerror or e}", file=sys.stderr, flush=True)
+        return 2
     final_path = logdir / "learner_final.json"
     final_path.unlink(missing_ok=True)
     tmpdir = tempfile.mkdtemp(prefix="zrl-run-")
@@ -262,6 +294,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         actors.append(_Child("agent server", server_argv(bind), opts.fork))
     stopping = threading.Event()
     asked = {"learner": False, "forced": False}
+    failure: list[tuple[int, str]] = []  # (exit code, stop reason) when the actors made the run fail
 
     def ask_learner() -> None:
         # Once: a second SIGINT makes the learner exit without its checkpoint.
@@ -278,11 +311,14 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
                 for c in children:
                     c.signal(signal.SIGKILL)
             return
+        stop_all("\n[zrl run] stopping: asking the learner to checkpoint and exit")
+
+    def stop_all(why: str) -> None:
         stopping.set()
-        print("\n[zrl run] stopping: asking the learner to checkpoint and exit", flush=True)
+        print(why, flush=True)
         ask_learner()
         for a in actors:
-            a.signal(signal.SIGTERM)
+            a.stop()
 
     children = [learner, *actors]
 
@@ -322,14 +358,22 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             now = time.monotonic()
             for a in actors:
                 _supervise_actor(a, now, opts)
+            failed = _actors_failed(actors)
+            if failed is not None:
+                failure.append(failed)
+                stop_all(f"[zrl run] stopping: {failed[1]}")
         t_end = time.time()
     finally:
         for a in actors:
-            a.signal(signal.SIGTERM)
+            a.stop()
         _reap([learner, *actors], timeout=10.0)
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmpdir, ignore_errors=True)
+    if failure:
+        code, reason = failure[0]
+        _summarise(final_path, logdir, opts, t_end, learner.proc.returncode, stop_reason=reason)
+        return code
     return _summarise(final_path, logdir, opts, t_end, learner.proc.returncode)
 
 
@@ -362,16 +406,18 @@ def _wait_any(learner: _Child, timeout: float) -> None:
 
 
 def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
-    if a.proc is None or a.alive():
+    if a.proc is None or a.alive() or a.gave_up is not None:
         return
     if a.restart_at is None:
         code = a.proc.returncode
         if code == 0:
             return  # finished on its own (the learner said shutdown)
+        if code == 2:  # its config cannot run (it said why): a restart would fail the same way
+            a.gave_up = code
+            return
         if a.restarts >= opts.max_restarts:
-            if a.restarts == opts.max_restarts:
-                print(f"[zrl run] {a.name} exited with {code}; restart cap ({opts.max_restarts}) reached, not restarting", flush=True)
-                a.restarts += 1
+            print(f"[zrl run] {a.name} exited with {code}; restart cap ({opts.max_restarts}) reached, not restarting", flush=True)
+            a.gave_up = code
             return
         first, cap = opts.restart_backoff_s
         delay = min(cap, first * (2 ** a.restarts))
@@ -381,6 +427,17 @@ def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
         a.restarts += 1
         a.restart_at = None
         a.start()
+
+
+def _actors_failed(actors: list[_Child]) -> tuple[int, str] | None:
+    """(exit code, reason) once the run cannot go on: an actor whose config cannot run (every
+    actor shares it), or every actor given up after its restarts."""
+    for a in actors:
+        if a.gave_up == 2:
+            return 2, f"{a.name} cannot run with this config (exit code 2, its error above)"
+    if actors and all(a.gave_up is not None for a in actors):
+        return 1, "every actor failed and reached its restart cap"
+    return None
 
 
 def _reap(children: list[_Child], timeout: float) -> None:
@@ -395,7 +452,7 @@ def _reap(children: list[_Child], timeout: float) -> None:
             c.proc.wait()
 
 
-def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, learner_code: int | None) -> int:
+def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, learner_code: int | None, stop_reason: str | None = None) -> int:
     wall = t_end - opts.t_start
     final = {}
     if final_path.exists():
@@ -404,18 +461,20 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
         except ValueError:
             final = {}
     steps = int(final.get("env_steps", 0))
+    run_steps = steps - int(final.get("resumed_env_steps", 0))  # this run's, after a --resume
     reached_unix = final.get("reached_at_unix")
     summary = {
         "wall_s": round(wall, 3),
         "time_to_target_s": round(reached_unix - opts.t_start, 3) if reached_unix else None,
         "env_steps": steps,
-        "env_steps_per_s": round(steps / wall, 1) if wall > 0 else 0.0,
+        "env_steps_this_run": run_steps,
+        "env_steps_per_s": round(run_steps / wall, 1) if wall > 0 else 0.0,
         "final_mean_return": final.get("final_mean_return"),
         "reached": bool(final.get("reached", False)),
         "stop_at_return": opts.stop_at_return,
         "updates": final.get("updates"),
         "episodes": final.get("episodes"),
-        "stop_reason": final.get("stop_reason", "learner failed"),
+        "stop_reason": stop_reason or final.get("stop_reason", "learner failed"),
         "return_source": final.get("return_source", "train"),
         "num_actors": opts.num_actors,
         "seed": opts.seed,
@@ -430,7 +489,8 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
         ret_s += " (greedy evaluation actor)"
     target = f" (target {opts.stop_at_return:g}: {'reached' if summary['reached'] else 'not reached'})" if opts.stop_at_return is not None else ""
     print(
-        f"[zrl run] {summary['stop_reason']}: {wall:.1f}s wall, {steps:,} env steps ({summary['env_steps_per_s']:,.0f}/s), "
+        f"[zrl run] {summary['stop_reason']}: {wall:.1f}s wall, {steps:,} env steps"
+        f"{f' ({run_steps:,} in this run)' if run_steps != steps else ''} ({summary['env_steps_per_s']:,.0f}/s), "
         f"mean return {ret_s}{target}; summary in {logdir / 'summary.json'}",
         flush=True,
     )

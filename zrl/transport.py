@@ -33,8 +33,35 @@ def socket(ctx: zmq.Context, kind: int, *, hwm: int | None = None, linger_ms: in
     return s
 
 
+def endpoint_problem(endpoint: str, *, binding: bool) -> str | None:
+    """Why `endpoint` cannot be bound (binding) or connected to, or None if its form is fine.
+
+    libzmq's own answer is a bare "Invalid argument", and it takes tcp port 99999 as
+    99999 - 65536; this names what is wrong first.
+    """
+    forms = "tcp://HOST:PORT, ipc://PATH or inproc://NAME"
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep or scheme not in ("tcp", "ipc", "inproc"):
+        return f"endpoint {endpoint!r}: expected {forms}"
+    if not rest:
+        return f"endpoint {endpoint!r}: nothing after {scheme}://"
+    if scheme != "tcp":
+        return None
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host:
+        return f"endpoint {endpoint!r}: expected tcp://HOST:PORT"
+    if port == "*":
+        return None if binding else f"endpoint {endpoint!r}: port * can only be bound, not connected to"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"endpoint {endpoint!r}: the port must be 1-65535" + (" or *" if binding else "")
+    return None
+
+
 def bind(sock: zmq.Socket, endpoint: str) -> str:
     """Binds and returns the endpoint actually bound (with the port chosen for `:*`)."""
+    problem = endpoint_problem(endpoint, binding=True)
+    if problem:
+        raise OSError(f"cannot bind {endpoint}: {problem}")
     try:
         sock.bind(endpoint)
     except zmq.ZMQError as e:

@@ -20,3 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "replay": "zrl.bench.replay",
     "transport": "zrl.bench.transport",
 }
+
+
+class BenchUnavailable(RuntimeError):
+    """A benchmark cannot run here (e.g. a binary not built); the message says what to do."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zrl.bench import BenchUnavailable
 from zrl.bench.harness import BenchOptions, BenchResult, percentile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def _binary() -> Path:
     build = Path(os.environ.get("ZRL_CPP_BUILD_DIR", ROOT / "build" / "cpp"))
     path = build / "client_bench"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: build the C++ client first (bash scripts/test.sh, or cmake -DZRL_BUILD_CLIENT=ON)")
+        raise BenchUnavailable(f"{path} not found: build the C++ client first (bash scripts/test.sh, or cmake -DZRL_BUILD_CLIENT=ON)")
     return path
 
 

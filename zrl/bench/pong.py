@@ -38,7 +38,7 @@ def run(opts: BenchOptions) -> BenchResult:
         ea = EventAccumulator(d, size_guidance={"scalars": 0})
         ea.Reload()
         ret = ea.Scalars("episode/return") if "episode/return" in ea.Tags()["scalars"] else []
-        fps = {e.step: e.value for e in ea.Scalars("perf/env_frames_per_s")} if "perf/env_frames_per_s" in ea.Tags()["scalars"] else {}
+        fps = {e.step: e.value for e in ea.Scalars("perf/env_steps_per_s")} if "perf/env_steps_per_s" in ea.Tags()["scalars"] else {}
     if ret:
         t0 = ret[0].wall_time
         per_minute: dict[int, list] = {}

@@ -68,6 +68,9 @@ class Client:
     def __init__(self, endpoint: str, obs_spec, action_spec, timeout: float = 10.0, name: str = "python", ctx: zmq.Context | None = None,
                  server_public_key: str | None = None, client_secret_key: str | None = None):
         """`server_public_key` / `client_secret_key`: key files (`zrl keys generate`) when the server uses CURVE."""
+        problem = transport.endpoint_problem(endpoint, binding=False)
+        if problem:
+            raise UsageError(problem)
         self.endpoint = endpoint
         if (server_public_key is None) != (client_secret_key is None):
             raise UsageError("CURVE needs both server_public_key and client_secret_key")

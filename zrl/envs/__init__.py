@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zrl import spaces
-from zrl.config import EnvConfig
+from zrl.config import ConfigError, EnvConfig
 
 __all__ = ["Step", "VectorEnv", "GymnasiumVectorEnv", "make_vector_env"]
 
@@ -80,7 +80,9 @@ class GymnasiumVectorEnv(VectorEnv):
         try:
             return [gym.make(cfg.id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
         except gym.error.Error as e:
-            raise ValueError(f"env.id: cannot make {cfg.id!r}: {e}") from None
+            raise ConfigError(f"env.id: cannot make {cfg.id!r}: {e}") from None
+        except TypeError as e:  # a keyword the env does not take
+            raise ConfigError(f"env.kwargs: cannot make {cfg.id!r} with {kwargs}: {e}") from None
 
     def _episode_over(self, terminated: bool, truncated: bool, info: dict) -> bool:
         """Whether the env must be reset (a subclass may keep a game going past a terminal life)."""
@@ -119,7 +121,7 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, seed: int) -> VectorEnv:
     if is_atari(cfg.id):
         return make_atari_env(cfg, num_envs, seed)
     if cfg.backend == "ale_vector":
-        raise ValueError(f"env.backend ale_vector runs Atari games only, and {cfg.id!r} is not one")
+        raise ConfigError(f"env.backend ale_vector runs Atari games only, and {cfg.id!r} is not one")
     return GymnasiumVectorEnv(cfg, num_envs, seed)
 
 

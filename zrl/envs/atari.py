@@ -43,7 +43,7 @@ import gymnasium as gym
 import numpy as np
 
 from zrl import spaces
-from zrl.config import EnvConfig
+from zrl.config import ConfigError, EnvConfig
 from zrl.envs import GymnasiumVectorEnv, Step, VectorEnv
 
 log = logging.getLogger("zrl.envs")
@@ -69,10 +69,10 @@ def rom_name(env_id: str) -> str:
     m = _ID.match(env_id)
     known = _rom_ids()
     if known is None:
-        raise ValueError(f"env.id {env_id!r}: Atari needs ale-py (pip install ale-py)")
+        raise ConfigError(f"env.id {env_id!r}: Atari needs ale-py (pip install ale-py)")
     game = known.get(m.group("game").replace("_", "").lower()) if m else None
     if game is None:
-        raise ValueError(
+        raise ConfigError(
             f"env.id {env_id!r} names no Atari ROM that ale-py has "
             f"(image observations only; -ram ids go through the plain gymnasium backend)"
         )
@@ -94,7 +94,7 @@ def _with_kwargs(args: dict, cfg: EnvConfig, free: tuple[str, ...], what: str) -
     """args plus env.kwargs, which may only set `free` keys: the others carry EnvConfig fields or zrl's contract."""
     owned = sorted(set(cfg.kwargs) & (set(args) - set(free)))
     if owned:
-        raise ValueError(f"env.kwargs: {owned} are set from the env section (or fixed by zrl) for the Atari backends; {what} takes only {sorted(free)} here")
+        raise ConfigError(f"env.kwargs: {owned} are set from the env section (or fixed by zrl) for the Atari backends; {what} takes only {sorted(free)} here")
     return {**args, **cfg.kwargs}
 
 
@@ -153,7 +153,7 @@ class AleVectorEnv(VectorEnv):
         try:
             from ale_py.vector_env import AtariVectorEnv
         except ImportError as e:
-            raise ValueError(f"env.backend ale_vector needs ale-py with its vector env: {e}") from None
+            raise ConfigError(f"env.backend ale_vector needs ale-py with its vector env: {e}") from None
         game = rom_name(cfg.id)
         kwargs = dict(
             num_threads=cfg.num_threads,
@@ -179,7 +179,7 @@ class AleVectorEnv(VectorEnv):
         try:
             self._vec = AtariVectorEnv(game, num_envs, **kwargs)
         except TypeError as e:
-            raise ValueError(f"env.kwargs: not accepted by ale_py's AtariVectorEnv: {e}") from None
+            raise ConfigError(f"env.kwargs: not accepted by ale_py's AtariVectorEnv: {e}") from None
         self.emulator_threads = _yield_to_caller(_thread_ids() - before, kwargs["num_threads"] or min(num_envs, os.cpu_count() or 1), cfg.thread_nice)
         self._ale = self._vec.ale
         self.num_envs = num_envs
@@ -251,7 +251,7 @@ def _make_gym_atari(game: str, cfg: EnvConfig) -> gym.Env:
     try:
         env = AtariEnv(game, **kwargs)
     except TypeError as e:
-        raise ValueError(f"env.kwargs: not accepted by ale_py's AtariEnv: {e}") from None
+        raise ConfigError(f"env.kwargs: not accepted by ale_py's AtariEnv: {e}") from None
     env = DeepMindAtari(env, cfg)
     return gym.wrappers.FrameStackObservation(env, cfg.frame_stack, padding_type="zero")
 

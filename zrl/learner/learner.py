@@ -68,6 +68,7 @@ class LearnerResult:
     perf: dict | None = None  # whole-run rates from the first batch on (see Learner._perf)
     reached_after_s: float | None = None  # seconds into run() when the target was reached
     reached_at_unix: float | None = None  # wall clock then (zrl run measures from its own start)
+    resumed_env_steps: int = 0  # env_steps counts these, from the checkpoint resumed
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -147,6 +148,11 @@ class Learner:
         self.sink = sink
         self.logdir = Path(logdir) if logdir is not None else None
         self.ckdir = self.logdir / "checkpoints" if self.logdir is not None else None
+        if self.logdir is not None:
+            try:
+                self.logdir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OSError(f"cannot use logdir {self.logdir}: {e.strerror or e}") from None
         self.console = console
         self.stop_at_return = stop_at_return if stop_at_return is not None else config.run.stop_at_return
         self.max_seconds = max_seconds if max_seconds is not None else config.run.max_seconds
@@ -162,6 +168,7 @@ class Learner:
         self.updates = 0
         self.episodes = 0
         self.train_seconds_before = 0.0  # from a resumed checkpoint
+        self.resumed_env_steps = 0
         self.returns: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
         self.lengths: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
         self.eval_returns: collections.deque[float] = collections.deque(maxlen=config.run.return_window)
@@ -288,10 +295,15 @@ class Learner:
                 raise checkpoint.CheckpointError(f"{self._resume_path}: does not fit the model: {e}") from None
             c = st["counters"]
             self.updates, self.env_steps, self.episodes = int(c["updates"]), int(c["env_steps"]), int(c["episodes"])
+            self.resumed_env_steps = self.env_steps
             self.train_seconds_before = float(c.get("train_seconds", 0.0))
             self.returns.extend(c.get("recent_returns", []))
             self.eval_returns.extend(c.get("recent_eval_returns", []))
             self._say(f"resumed from {self._resume_path} at update {self.updates}, env step {self.env_steps}")
+            returns = self._target_returns()
+            if self.stop_at_return is not None and len(returns) >= self.config.run.return_window and np.mean(returns) >= self.stop_at_return:
+                self._say(f"note: the resumed run's last {self.config.run.return_window} returns (mean {np.mean(returns):.1f}) already reach the target "
+                          f"{self.stop_at_return:g}, so it stops at once; raise --stop-at-return (run.stop_at_return) to train on")
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
         self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_rules())
@@ -528,7 +540,7 @@ class Learner:
         t_start = time.perf_counter()
         self._say(f"listening on {self.control_endpoint} (trajectories {self.trajectory_endpoint}, weights {self.weights_endpoint}); device {self.device}, {resolve_precision(self.config.learner.precision, self.device)}")
         metrics = MetricsWriter(self.logdir, console=self.console)
-        stop_reason = "stopped"
+        stop_reason = "interrupted"
         try:
             if not self.config.learner.torch_threads == torch.get_num_threads():
                 torch.set_num_threads(self.config.learner.torch_threads)
@@ -538,7 +550,7 @@ class Learner:
 
             while not self._ready.wait(0.05):
                 if self._stop.is_set() or time_up():
-                    stop_reason = "time limit" if time_up() else "stopped"
+                    stop_reason = "time limit" if time_up() else self._stop_reason()
                     break
             else:
                 stop_reason = self._sink_until_stopped(time_up) if self.sink else self._train(metrics, t_start, time_up)
@@ -561,7 +573,7 @@ class Learner:
         n_acc = 0
         while True:
             if self._stop.is_set():
-                return "interrupted" if self._receiver_error is None else f"receiver failed: {self._receiver_error}"
+                return self._stop_reason()
             if time_up():
                 return "time limit"
             if self.max_env_steps is not None and self.env_steps >= self.max_env_steps:
@@ -640,6 +652,9 @@ class Learner:
                 self.save_checkpoint(now - t_start)
                 last_ckpt = now
 
+    def _stop_reason(self) -> str:
+        return "interrupted" if self._receiver_error is None else f"receiver failed: {self._receiver_error}"
+
     def _sink_until_stopped(self, time_up) -> str:
         while not self._stop.wait(0.05):
             if time_up():
@@ -682,8 +697,8 @@ class Learner:
         scalars = {k: float(v) / max(n_acc, 1) for k, v in stats_acc.items()}
         scalars.update(
             {
-                "perf/env_frames_per_s": fps,
-                "perf/learner_frames_per_s": lfps,
+                "perf/env_steps_per_s": fps,
+                "perf/learner_samples_per_s": lfps,
                 "perf/wait_for_data_frac": wait_frac,
                 "perf/queue_depth": self.queue.qsize(),
                 "actors/connected": connected,
@@ -708,7 +723,7 @@ class Learner:
         dropped = sum(v for k, v in custom.items() if k.endswith("/dropped_chunks"))
         bp = f"  backpressure: blocked {blocked:.1f}s dropped {dropped:,.0f}" if blocked >= 0.5 or dropped else ""
         metrics.line(
-            f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} fps  updates {updates:,}  return {ret}  "
+            f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} steps/s  updates {updates:,}  return {ret}  "
             f"lag {lag}  queue {self.queue.qsize()}/{self.queue.maxsize}  actors {connected}" + (f"  rejected {rej}" if rej else "") + bp
         )
 
@@ -765,6 +780,7 @@ class Learner:
             perf=self._perf(),
             reached_after_s=self.reached_at - t_start if self.reached_at is not None else None,
             reached_at_unix=self.reached_unix,
+            resumed_env_steps=self.resumed_env_steps,
         )
         if self.logdir is not None:
             self.logdir.mkdir(parents=True, exist_ok=True)

@@ -177,6 +177,9 @@ class AgentServer:
         obs, act = self.obs_spec.to_json(), self.action_spec.to_json()
         checkpoint.check_compatible(p, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
         self.model.load_state_dict(state["model"])
+        c = state["counters"]
+        self._say(f"weights from {p} (update {int(c['updates']):,}, env step {int(c['env_steps']):,})"
+                  + (": a learner's weights replace them once it answers" if self.learner_endpoint else ""))
 
     # ------------------------------------------------------------------ learner side
 
