@@ -77,7 +77,10 @@ ipc 1.14 / 0.84 / 1.24 (2 KB / 23 KB / Atari). Three runs after the
 receiver's views lost their pybind11 owner (0.3 µs less per message in
 process; the table below is the last): 23 KB over ipc 0.83-0.89, Atari over
 tcp 0.78-0.91, 2 KB 0.87-1.02; the 23 KB ipc row is the one that stays under
-0.9. (2 KB
+0.9. A run on 11-24 after the truncation-marks rule joined the C++ gate (not
+the table): tcp 0.82 / 1.05 / 0.73, ipc 0.92 / 0.91 / 1.30; that run's 23 KB
+ipc row cleared 0.9 and its tcp Atari row fell with raw running fast (9.8k
+msg/s). (2 KB
 was at 0.30-0.42 before the C++ gate.) What remains is Python per message:
 the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
 before the cached `Layout.cut`), and the receiver's per-burst poll and

@@ -170,7 +170,7 @@ def test_an_env_that_cannot_be_made_stops_the_run_at_once(tmp_path):
 def test_bad_endpoints_logdirs_and_names_are_named_without_a_traceback(tmp_path):
     (tmp_path / "file").write_text("")
     for args, why in ((["actor", "--learner", "127.0.0.1:5555"], "expected tcp://HOST:PORT, ipc://PATH or inproc://NAME"),
-                      (["learner", "--bind", "tcp://127.0.0.1:99999"], "the port must be 1-65535 or *"),
+                      (["learner", "--bind", "tcp://127.0.0.1:99999"], "the port must be 0-65535 or *"),
                       (["serve", "--learner", "tcp://127.0.0.1:*"], "port * can only be bound"),
                       (["run", "--logdir", str(tmp_path / "file" / "run")], "cannot use logdir"),
                       (["learner", "--logdir", str(tmp_path / "file" / "run"), "--bind", "tcp://127.0.0.1:*"], "cannot use logdir"),
@@ -210,3 +210,43 @@ def test_apex_config_learns_cartpole_judged_by_its_evaluation_actor(tmp_path):
     assert summary["reached"] is True, summary
     assert summary["return_source"] == "eval" and summary["final_mean_return"] >= 400
     assert "evaluating greedily" in run.output
+
+
+class FakeProc:
+    def __init__(self, code=None):
+        self.returncode, self.signals = code, []
+
+    def poll(self):
+        return self.returncode
+
+    def send_signal(self, sig):
+        self.signals.append(sig)
+
+
+def test_a_run_fails_once_every_training_actor_gave_up_whatever_the_eval_actor_does():
+    from zrl import launch
+
+    actors = [launch._Child(name, [], fork=True) for name in ("actor 0", "actor 1", "eval actor", "agent server")]
+    assert launch._actors_failed(actors) is None
+    actors[0].gave_up = 1
+    assert launch._actors_failed(actors) is None  # actor 1 still feeds the learner
+    actors[1].gave_up = 1
+    code, reason = launch._actors_failed(actors)  # the eval actor and the server, alive, feed nothing
+    assert code == 1 and "restart cap" in reason
+    actors[0].gave_up = actors[1].gave_up = None
+    actors[2].gave_up = 2  # any actor whose config cannot run stops the run: they share it
+    assert launch._actors_failed(actors)[0] == 2
+
+
+def test_an_actor_started_after_a_stop_gets_its_own_sigterm_and_no_actor_gets_two():
+    from zrl import launch
+
+    a = launch._Child("actor 0", [], fork=True)
+    a.stop()  # never started: nothing to signal
+    a.proc = FakeProc(code=1)  # exited; a restart is under way when the stop comes
+    a.stop()
+    assert a.proc.signals == []
+    a.proc = FakeProc()  # the restart lands after the stop
+    a.stop()
+    a.stop()
+    assert a.proc.signals == [signal.SIGTERM]

@@ -131,6 +131,16 @@ def test_an_override_that_breaks_the_config_is_named_rather_than_the_file(tmp_pa
         load_config(DEFAULT_CONFIG, ["learner.learning_rate=0.1", "learner.learning_rate=-1"])
     with pytest.raises(ConfigError, match=r"^override 'server.bind=tcp://1.2.3.4': server.bind: endpoint"):
         load_config(DEFAULT_CONFIG, ["server.bind=tcp://1.2.3.4"])
+    with pytest.raises(ConfigError, match=r"^override 'lerner.batch_size=3': unknown section"):
+        load_config(DEFAULT_CONFIG, ["lerner.batch_size=3"])
+    # an error about another key, which merely names the override's, is the file's (or that key's override's)
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("learner:\n  batch_size: 30\nactor:\n  num_envs: 4\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(odd))}: learner.batch_size \(30\) must be a multiple"):
+        load_config(odd, ["actor.env_groups=1"])
+    with pytest.raises(ConfigError, match=r"^override 'learner.batch_size=7': learner.batch_size \(7\) must be a multiple"):
+        load_config(DEFAULT_CONFIG, ["learner.batch_size=7", "actor.num_envs=4"])
+    assert load_config(DEFAULT_CONFIG, ["learner.trajectory_bind=''"]).learner.trajectory_bind == ""  # empty: derived, as before
     bad = tmp_path / "bad.yaml"
     bad.write_text("run:\n  max_seconds: -1\n")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(bad))}: run.max_seconds: must be > 0$"):  # the file's own value

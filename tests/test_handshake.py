@@ -53,6 +53,14 @@ def test_bad_hello_gets_an_error_the_actor_raises(ctx, endpoint, make_learner, c
     assert learner.rejected["hello_refused"] == 1
 
 
+def test_an_actor_with_another_network_is_told_which_model_keys_differ(ctx, endpoint, make_learner):
+    cfg = small_config()
+    make_learner(cfg)
+    wider = small_config("model.hidden_sizes=[32, 32]")
+    with pytest.raises(HelloError, match=r"model.hidden_sizes: \[32, 32\] here, \[64, 64\] on the learner"):
+        say_hello(ctx, endpoint, meta_for(wider), timeout_s=10)
+
+
 def test_specs_are_agreed_by_the_first_hello(ctx, endpoint, make_learner):
     cfg = small_config()
     make_learner(cfg)
@@ -107,6 +115,7 @@ def test_endpoints_of_the_wrong_form_are_named_before_libzmq_sees_them():
                     ("tcp://h:99999", "the port must be 1-65535"), ("tcp://h:0", "the port must be"), ("tcp://h:*", "can only be bound")):
         problem = endpoint_problem(ep, binding=False)
         assert problem is not None and why in problem, (ep, problem)
-    assert "1-65535 or *" in endpoint_problem("tcp://h:99999", binding=True)
+    assert "0-65535 or *" in endpoint_problem("tcp://h:99999", binding=True)
+    assert endpoint_problem("tcp://127.0.0.1:0", binding=True) is None  # libzmq picks a port, as for *
     with pytest.raises(UsageError, match="expected tcp://HOST:PORT"):
         Client("127.0.0.1:5555", {"type": "box", "shape": [4], "dtype": "float32"}, {"type": "discrete", "n": 2})

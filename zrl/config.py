@@ -57,7 +57,7 @@ def _check(cond: bool, key: str, why: str) -> None:
 def _check_endpoint(endpoint: str | None, key: str) -> None:
     from zrl.transport import endpoint_problem
 
-    problem = endpoint is not None and endpoint_problem(endpoint, binding=True)
+    problem = bool(endpoint) and endpoint_problem(endpoint, binding=True)  # None or "": derived
     if problem:
         raise ConfigError(f"{key}: {problem}")
 
@@ -562,10 +562,13 @@ def _blame_override(e: ConfigError, source: str, overrides) -> ConfigError:
     """The error attributed to the override that set the key it names (the last one, as it
     is the one that counts), rather than to the file."""
     msg = str(e)
+    detail = msg[len(source) + 2 :] if msg.startswith(f"{source}: ") else msg
     for item in reversed(list(overrides)):
         key = item.split("=", 1)[0].strip()
-        if re.search(rf"(^|[\s:]){re.escape(key)}\b(?!\.)", msg):
-            detail = msg[len(source) + 2 :] if msg.startswith(f"{source}: ") else msg
+        # only an error about this key ("KEY: why", "KEY (value) ...", "unknown key KEY ..."),
+        # not one that merely mentions it beside the key at fault
+        section = key.split(".", 1)[0]
+        if re.match(rf"(unknown key )?{re.escape(key)}(:| \(| |$)", detail) or re.match(rf"unknown section\(s\) \[.*'{re.escape(section)}'", detail):
             return ConfigError(f"override {item!r}: {detail}")
     return e
 

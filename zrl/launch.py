@@ -83,16 +83,19 @@ def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, c
         install_signals(stop.set)
     try:
         server = AgentServer(cfg, bind, learner_endpoint, stop=stop, checkpoint_path=checkpoint_path, seed=seed)
-    except (OSError, ValueError, CheckpointError) as e:
+    except (ValueError, CheckpointError) as e:
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return 2
+    except OSError as e:  # e.g. its port in use: zrl run tries again later
+        print(f"[server] error: {e}", file=sys.stderr, flush=True)
+        return 1
     _warn_if_exposed("server", server.endpoint, cfg)
     try:
         server.run()
     except HelloError as e:
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return 3
-    return 130 if stop.is_set() else 0
+    return 0  # stopping on a signal is how a server ends
 
 
 def _warn_if_exposed(role: str, endpoint: str, cfg: Config) -> None:
@@ -224,10 +227,9 @@ class _Child:
         self.restart_at: float | None = None
         self.gave_up: int | None = None  # the exit code after which it is not restarted
         self.on_start = None  # called after each (re)start
-        self._stop_sent = False
+        self._stopped = None  # the process stop() signalled
 
     def start(self) -> None:
-        self._stop_sent = False
         if self.fork:
             self.proc = _ForkedProcess(self.argv[3:])
         else:
@@ -246,9 +248,10 @@ class _Child:
                 pass
 
     def stop(self) -> None:
-        """SIGTERM, once: a second one would make it exit without its clean stop."""
-        if not self._stop_sent:
-            self._stop_sent = True
+        """SIGTERM, once per process: a second one would make it exit without its clean
+        stop. A process started after a stop() (a signal during its start) gets its own."""
+        if self.proc is not None and self._stopped is not self.proc:
+            self._stopped = self.proc
             self.signal(signal.SIGTERM)
 
 
@@ -293,7 +296,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         server_argv = lambda ep: [*base, "serve", *cfg_args, "--learner", ep, "--seed", str(opts.seed)]  # noqa: E731
         actors.append(_Child("agent server", server_argv(bind), opts.fork))
     stopping = threading.Event()
-    asked = {"learner": False, "forced": False}
+    asked = {"learner": False, "forced": False, "signals": 0}
     failure: list[tuple[int, str]] = []  # (exit code, stop reason) when the actors made the run fail
 
     def ask_learner() -> None:
@@ -303,6 +306,10 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             learner.signal(signal.SIGINT)
 
     def on_signal(signum, frame):
+        asked["signals"] += 1
+        if asked["signals"] == 1 and stopping.is_set():  # already stopping on its own (failed actors)
+            print("\n[zrl run] already stopping; a second signal kills the learner and actors", flush=True)
+            return
         if stopping.is_set():
             # A second Ctrl-C: the user will not wait for a learner slow to stop.
             if not asked["forced"]:
@@ -374,7 +381,8 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         code, reason = failure[0]
         _summarise(final_path, logdir, opts, t_end, learner.proc.returncode, stop_reason=reason)
         return code
-    return _summarise(final_path, logdir, opts, t_end, learner.proc.returncode)
+    code = _summarise(final_path, logdir, opts, t_end, learner.proc.returncode)
+    return 130 if asked["forced"] else code
 
 
 def _preload() -> None:
@@ -431,11 +439,13 @@ def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
 
 def _actors_failed(actors: list[_Child]) -> tuple[int, str] | None:
     """(exit code, reason) once the run cannot go on: an actor whose config cannot run (every
-    actor shares it), or every actor given up after its restarts."""
+    actor shares it), or every training actor given up after its restarts (an evaluation
+    actor or an agent server left running would not feed the learner)."""
     for a in actors:
         if a.gave_up == 2:
             return 2, f"{a.name} cannot run with this config (exit code 2, its error above)"
-    if actors and all(a.gave_up is not None for a in actors):
+    training = [a for a in actors if a.name.startswith("actor ")]
+    if training and all(a.gave_up is not None for a in training):
         return 1, "every actor failed and reached its restart cap"
     return None
 
@@ -494,4 +504,6 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
         f"mean return {ret_s}{target}; summary in {logdir / 'summary.json'}",
         flush=True,
     )
+    if learner_code is not None and learner_code < 0:  # killed by a signal
+        return 128 - learner_code
     return 0 if learner_code == 0 else (learner_code or 1)

@@ -52,8 +52,8 @@ def endpoint_problem(endpoint: str, *, binding: bool) -> str | None:
         return f"endpoint {endpoint!r}: expected tcp://HOST:PORT"
     if port == "*":
         return None if binding else f"endpoint {endpoint!r}: port * can only be bound, not connected to"
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        return f"endpoint {endpoint!r}: the port must be 1-65535" + (" or *" if binding else "")
+    if not port.isdigit() or not (0 if binding else 1) <= int(port) <= 65535:  # binding port 0 picks one, as * does
+        return f"endpoint {endpoint!r}: the port must be " + ("0-65535 or *" if binding else "1-65535")
     return None
 
 

@@ -69,6 +69,7 @@ def hello_meta(config: Config, role: str, index: int, obs_spec: spaces.Spec, act
         "obs_space": obs_spec.to_json(),
         "action_space": action_spec.to_json(),
         "model_hash": config.model_hash(obs_spec.to_json(), action_spec.to_json()),
+        "model": config.model_shaping()["model"],  # so a refusal can say what differs
         "num_envs": num_envs,
         "unroll_length": config.actor.unroll_length,
         "host": pysocket.gethostname(),

@@ -336,7 +336,11 @@ class Learner:
             raise HelloRefused(f"num_envs {K!r} must divide the learner's batch_size {B}")
         want_hash = self.config.model_hash(obs_spec.to_json(), action_spec.to_json())
         if hello.get("model_hash") != want_hash:
-            raise HelloRefused("model config differs from the learner's (model_hash mismatch): start actors with the learner's config")
+            theirs, ours = hello.get("model"), self.config.model_shaping()["model"]
+            diffs = [f"model.{k}: {theirs.get(k)!r} here, {ours.get(k)!r} on the learner" for k in sorted(set(theirs) | set(ours))
+                     if theirs.get(k) != ours.get(k)] if isinstance(theirs, dict) else []
+            raise HelloRefused(f"model config differs from the learner's ({'; '.join(diffs) or 'model_hash mismatch'}): "
+                               "start actors with the learner's config")
         with self._lock:
             if self.model is None:
                 self._build(obs_spec, action_spec)
