@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import pickle
 import re
 import tempfile
 import time
@@ -101,12 +100,12 @@ def load(path: Path) -> dict[str, Any]:
     """Loads one checkpoint file; CheckpointError if it is corrupt or of another format."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        # torch's text advises weights_only=False (running whatever the file holds): not here.
-        m = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(\n\n|$)", str(e), re.S)
-        detail = m.group(1) if m else str(e).splitlines()[0]
-        raise CheckpointError(f"{path}: not a zrl checkpoint: damaged, or holding more than tensors and plain data ({detail})") from None
     except Exception as e:  # torch raises many types for a damaged file
+        # The weights-only loader's text advises weights_only=False (running whatever the
+        # file holds): keep only what it found.
+        m = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(\n\n|$)", str(e), re.S)
+        if m:
+            raise CheckpointError(f"{path}: not a zrl checkpoint: damaged, or holding more than tensors and plain data ({m.group(1)})") from None
         raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
         got = state.get("format_version") if isinstance(state, dict) else type(state).__name__

@@ -297,7 +297,7 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         actors.append(_Child("agent server", server_argv(bind), opts.fork))
     stopping = threading.Event()
     asked = {"learner": False, "forced": False, "signals": 0}
-    failure: list[tuple[int, str]] = []  # (exit code, stop reason) when the actors made the run fail
+    failure: tuple[int, str] | None = None  # (exit code, stop reason) when the actors made the run fail
 
     def ask_learner() -> None:
         # Once: a second SIGINT makes the learner exit without its checkpoint.
@@ -365,10 +365,9 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
             now = time.monotonic()
             for a in actors:
                 _supervise_actor(a, now, opts)
-            failed = _actors_failed(actors)
-            if failed is not None:
-                failure.append(failed)
-                stop_all(f"[zrl run] stopping: {failed[1]}")
+            failure = _actors_failed(actors)
+            if failure is not None:
+                stop_all(f"[zrl run] stopping: {failure[1]}")
         t_end = time.time()
     finally:
         for a in actors:
@@ -377,12 +376,8 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmpdir, ignore_errors=True)
-    if failure:
-        code, reason = failure[0]
-        _summarise(final_path, logdir, opts, t_end, learner.proc.returncode, stop_reason=reason)
-        return code
-    code = _summarise(final_path, logdir, opts, t_end, learner.proc.returncode)
-    return 130 if asked["forced"] else code
+    code = _summarise(final_path, logdir, opts, t_end, learner.proc.returncode, stop_reason=failure and failure[1])
+    return failure[0] if failure else 130 if asked["forced"] else code
 
 
 def _preload() -> None:
