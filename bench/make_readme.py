@@ -108,15 +108,15 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Pong actor -> sink is at its 0.8 target in some runs, not reliably: 0.753
-in the table (its raw env ran fast, 8,396 steps/s), 0.84 in the run before
-it (raw 7,186), 0.77-0.79 in one A/B session, 0.70-0.75 in another an hour
-later, 0.78-0.88 (median 0.80, 4 runs) in a third on a quieter machine, same
-code** (11-24, after the int8 first conv and the C++ draw below; 0.70-0.77
-before them). **With a core of its own for the policy it runs at the
-emulator's speed: 0.909 in the table** (the row "emulator on 1 core": every
-emulator thread pinned to one core, in the actor and in the raw env alike, so
-the other core is the policy's; 0.96-1.02 in earlier runs). On 2 cores the
+**Pong actor -> sink: 0.853 in the table, and 0.82-0.86 in all 7 runs with
+the int8 torso below** (11-24, a later session: 6 A/B runs, median 0.83, and
+the table's). Before it, 0.8 held in some runs only: 0.70-0.88 across
+sessions with the same code, median 0.79 in the A/B's runs without it; a
+quiet machine or a slow raw env moved the ratio by as much as any change did.
+**With a core of its own for the policy it runs at the emulator's speed:
+0.958 in the table** (the row "emulator on 1 core": every emulator thread
+pinned to one core, in the actor and in the raw env alike, so the other core
+is the policy's; 0.91-1.02 in earlier runs). On 2 cores the
 emulator alone keeps both cores busy (raw: 263 µs of CPU per env step at
 1.93 cores), so every µs the policy spends comes out of the emulator's
 share. Profile of one actor on 11-24, before the int8 first conv (8 envs
@@ -179,8 +179,27 @@ What moved it, each A/B in alternating runs:
   multinomial, log_softmax and gather (25-30 µs per call in ops and checks);
   with the 256 -> 6 head layer in fp32 (oneDNN's bf16 one takes 15 µs on 8
   rows, fp32 2.5 µs): act() on 8 frames 376 to 333 µs. Not A/B'd alone.
-- Tried and not kept (11-24): int8 for the second conv and the FC too, with
-  the activations quantized per call. oneDNN's int8 kernels are faster (conv2
+- **The whole shallow CNN in int8** (`actor.int8_torso: auto`, 11-24, a
+  later session): the attempt below lost its gain to quantizing activations
+  on every call. Here no pass quantizes them: oneDNN's int8 convolutions write
+  their outputs as 8-bit integers at a scale fixed in advance (uint8 into the
+  second conv, int8 0..127 out of it), calibrated on the frames being acted on
+  at each weights update and every 128 calls, and the FC is `torch._int_mm`
+  on int8 (32 against 57 µs for bf16 on 8 rows). oneDNN's own int8 linear
+  needs its weights prepacked, ~2 ms per weights update, so the FC's weights
+  are requantized by a C++ kernel instead (`_core.quantize_rows`, built for
+  AVX2 and SSE2 and picked at load: 0.23 ms against 0.73 for SSE2 alone and
+  1-2 ms in PyTorch ops). act() on 8 frames alone 265 to 193-199 µs; the
+  policy's KL from the fp32 one on a partly trained Pong model at most 2e-5
+  (240 frames). Actor -> sink in 6 alternating pairs (two A/B sessions):
+  0.757-0.831 without (median 0.79), 0.819-0.856 with (median 0.83), paired
+  mean +0.05. In `zrl run` (2 actors, 87 s, 2 alternating pairs) env steps/s
+  4,461 and 4,283 without, 4,298 and 4,407 with: the same, as the run is
+  learner-bound, and each weights update costs an actor ~0.8 ms
+  (requantizing 0.6, calibrating 0.2), about what it saves in act() at the
+  ~270 calls/s of an actor in a training run.
+- Tried and not kept (11-24), then superseded by the above: int8 for the
+  second conv and the FC too, with the activations quantized per call. oneDNN's int8 kernels are faster (conv2
   30 against 54 µs, FC 33 against 61), but quantizing the activations costs
   19 µs (conv2's input, 51k values, a C++ pass compiled for SSE2) or ~20 µs
   in PyTorch ops, leaving ~6 µs per frame for a per-call scale that rounds
@@ -259,14 +278,15 @@ never in CI."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
 `configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups
-acting with bf16 weights and an int8 first conv, CPU learner with bf16 forward passes where the CPU
-does bf16 natively: `actor.precision` and `learner.precision` auto) for a few minutes: the mean episode return (game score,
+acting in int8 (`actor.int8_torso: auto`: 8-bit activations and int8 weights, where the CPU has int8
+dot products), CPU learner with bf16 forward passes where the CPU does bf16 natively:
+`learner.precision` auto) for a few minutes: the mean episode return (game score,
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
 play scores about -20.5.
 
 **In 10 minutes on this CPU the return rises by 4-13 points, from minute
-6-8 on** (the four runs of the shipped config below; the last: -20.4 to
--7.0). The learner is the bottleneck. Two settings, both in the config since
+6-8 on** (the five runs of the shipped config below; the last: -20.6 to
+-10.8, at 17.7k frames/s). The learner is the bottleneck. Two settings, both in the config since
 11-23, took the curve there from flat:
 
 - **Batches of one chunk, 8 x 20 steps.** Until 11-23 the config took the
@@ -296,6 +316,7 @@ The runs so far (the last row is the table below):
 | 11-24 | 8     | 0.0006       |               | 13.7k    | -20.45 -> -13.73             |
 | 11-24 | 8     | 0.0006       | channels_last CNNs | 16.1k | -20.48 -> -16.23             |
 | 11-24 | 8     | 0.0006       | int8 first conv, C++ draw | 16.1k | -20.39 -> -7.02       |
+| 11-24 | 8     | 0.0006       | int8 torso    | 17.7k    | -20.59 -> -10.79             |
 
 The rise starts late (minute 6-8) and is still steepening when the run
 stops, so single runs of a variant say little about small differences: the
@@ -305,7 +326,9 @@ the fourth 7 points above them (its rise came at minute 6, not 8, and minute
 (11-24), ran 18% more frames per second than the one before it; the fourth,
 acting with an int8 first conv, as many frames per second as the third (the
 learner is the bottleneck); its actors' first conv ran with int8 weights,
-and in this one run that did not hold the learning back.
+and in this one run that did not hold the learning back. The fifth (11-24,
+later), its actors' whole CNN in int8 with 8-bit activations, rose from
+minute 6 to -10.8 at 17.7k frames/s, inside the spread of the others.
 
 A 20-minute run of the shipped config (`zrl run --config
 configs/pong_impala.yaml --max-seconds 1200`, 11-24, 13.7k frames/s, 25,600

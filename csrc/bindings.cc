@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pixels.h"
+#include "quantize.h"
 #include "sample.h"
 #include "replay/replay.h"
 #include "vtrace.h"
@@ -87,6 +88,42 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
   else
     zrl::planes_to_channels_last_bf16(s, n, c, static_cast<std::size_t>(h * w),
                                       static_cast<std::uint16_t*>(d));
+}
+
+// Weights [R, K] float32 (or int16/uint16 holding bfloat16 bits) -> out int8 [R, K] and scales
+// float32 [R]: per-row int8 quantization (see quantize.h). Returns false if a weight is not finite.
+bool quantize_rows(const py::handle& src_obj, const py::handle& out_obj, const py::handle& scales_obj) {
+  if (!py::isinstance<py::array>(src_obj) || !py::isinstance<py::array>(out_obj) || !py::isinstance<py::array>(scales_obj))
+    throw py::value_error("quantize_rows: src, out and scales must be numpy arrays");
+  auto src = py::reinterpret_borrow<py::array>(src_obj);
+  auto out = py::reinterpret_borrow<py::array>(out_obj);
+  auto scales = py::reinterpret_borrow<py::array>(scales_obj);
+  const bool f32 = src.dtype().is(py::dtype::of<float>());
+  const bool bf16 = (src.dtype().kind() == 'i' || src.dtype().kind() == 'u') && src.itemsize() == 2;
+  if (!f32 && !bf16)
+    throw py::value_error("src: expected float32, or int16/uint16 holding bfloat16 bits; got " + std::string(py::str(src.dtype())));
+  if (!out.dtype().is(py::dtype::of<std::int8_t>()))
+    throw py::value_error("out: expected dtype int8, got " + std::string(py::str(out.dtype())));
+  if (!scales.dtype().is(py::dtype::of<float>()))
+    throw py::value_error("scales: expected dtype float32, got " + std::string(py::str(scales.dtype())));
+  if (src.ndim() != 2 || out.ndim() != 2 || scales.ndim() != 1)
+    throw py::value_error("quantize_rows: expected src [R, K], out [R, K] and scales [R]");
+  const py::ssize_t r = src.shape(0), k = src.shape(1);
+  if (out.shape(0) != r || out.shape(1) != k || scales.shape(0) != r)
+    throw py::value_error("quantize_rows: out must be [" + std::to_string(r) + ", " + std::to_string(k) + "] and scales [" +
+                          std::to_string(r) + "] for src's [R, K]");
+  for (const auto* a : {&src, &out, &scales}) {
+    if (!(a->flags() & py::array::c_style)) throw py::value_error("quantize_rows: arrays must be C-contiguous");
+    require_aligned(*a, "quantize_rows");
+  }
+  if (!out.writeable() || !scales.writeable()) throw py::value_error("quantize_rows: out and scales must be writable");
+  const void* s = src.data();
+  auto* o = static_cast<std::int8_t*>(out.mutable_data());
+  auto* sc = static_cast<float*>(scales.mutable_data());
+  py::gil_scoped_release release;
+  const auto R = static_cast<std::size_t>(r), K = static_cast<std::size_t>(k);
+  return f32 ? zrl::quantize_rows_int8(static_cast<const float*>(s), R, K, o, sc)
+             : zrl::quantize_rows_int8_bf16(static_cast<const std::uint16_t*>(s), R, K, o, sc);
 }
 
 // Categorical draws from logits [B, n] float32 with uniforms u [B] float64: (actions int64 [B],
@@ -919,6 +956,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("pixels_to_channels_last", &pixels_to_channels_last, py::arg("src"), py::arg("out"),
         "uint8 [N, C, H, W] -> out [N, H, W, C] (PyTorch's channels_last), cast to out's dtype: float32, "
         "uint8 (the relayout alone), or int16/uint16 receiving bfloat16 bits. Both C-contiguous and not overlapping. Releases the GIL.");
+
+  m.def("quantize_rows", &quantize_rows, py::arg("src"), py::arg("out"), py::arg("scales"),
+        "Weights src [R, K] float32 (or int16/uint16 holding bfloat16 bits) -> out int8 [R, K] "
+        "and scales float32 [R], per row: scale = max(max|row| / 127, 1e-12), "
+        "out = clamp(round-half-even(src / scale), -127, 127). Returns False if a weight is not finite. Releases the GIL.");
 
   m.def("sample_categorical", &sample_categorical, py::arg("logits"), py::arg("u"),
         "Draws one action per row of logits [B, n] float32 (softmax probabilities, inverse CDF at the "

@@ -1,5 +1,6 @@
-"""actor.int8_first_conv: a CNN policy's first conv on uint8 pixels with int8 weights, and the
-actors' categorical draw in C++ (zrl._core.sample_categorical)."""
+"""actor.int8_first_conv: a CNN policy's first conv on uint8 pixels with int8 weights;
+actor.int8_torso: the shallow CNN in int8 end to end (and the C++ weight quantizer under it);
+and the actors' categorical draw in C++ (zrl._core.sample_categorical)."""
 from __future__ import annotations
 
 import copy
@@ -157,6 +158,150 @@ def test_int8_first_conv_true_on_an_mlp_says_it_does_nothing(monkeypatch, caplog
     with caplog.at_level("WARNING", logger="zrl.actor"):
         assert actor_mod.use_int8(True, model) is False
     assert "no CNN first conv" in caplog.text
+
+
+# -- the int8 torso
+
+
+def test_quantize_rows_is_torchs_per_row_rounding():
+    w = torch.randn(7, 53) * torch.linspace(0.01, 3.0, 7)[:, None]
+    w[2] = 0.0  # an all-zero row: the scale's floor
+    want_s = (w.abs().amax(1) / 127.0).clamp_min(1e-12)
+    want = torch.round(w / want_s[:, None]).clamp(-127, 127).to(torch.int8)
+    for src in (w, w.to(torch.bfloat16)):
+        ref_s = (src.float().abs().amax(1) / 127.0).clamp_min(1e-12)
+        ref = torch.round(src.float() / ref_s[:, None]).clamp(-127, 127).to(torch.int8)
+        q, s = np.empty((7, 53), np.int8), np.empty(7, np.float32)
+        arr = src.view(torch.int16).numpy() if src.dtype == torch.bfloat16 else src.numpy()
+        assert _core.quantize_rows(arr, q, s) is True
+        np.testing.assert_array_equal(q, ref.numpy())
+        np.testing.assert_array_equal(s, ref_s.numpy())
+    np.testing.assert_array_equal(np.abs(want.numpy()).max(1)[[0, 1, 3, 4, 5, 6]], 127)
+    w[4, 9] = float("nan")
+    assert _core.quantize_rows(w.numpy(), np.empty((7, 53), np.int8), np.empty(7, np.float32)) is False
+    w[4, 9] = float("-inf")
+    assert _core.quantize_rows(w.numpy(), np.empty((7, 53), np.int8), np.empty(7, np.float32)) is False
+    with pytest.raises(ValueError, match="out must be"):
+        _core.quantize_rows(np.zeros((2, 3), np.float32), np.empty((2, 4), np.int8), np.empty(2, np.float32))
+    with pytest.raises(ValueError, match="src: expected float32"):
+        _core.quantize_rows(np.zeros((2, 3), np.float64), np.empty((2, 3), np.int8), np.empty(2, np.float32))
+
+
+@needs_int8
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,n", [((4, 84, 84), 8), ((4, 84, 84), 1), ((3, 36, 36), 5), ((1, 45, 37), 3)])
+def test_int8_torso_matches_the_float_torso(dtype, shape, n):
+    torch.manual_seed(1)
+    model = cnn.ImpalaShallow(shape).eval()
+    x = torch.from_numpy(np.random.default_rng(2).integers(0, 256, (n, *shape), dtype=np.uint8))
+    with torch.inference_mode():
+        want = model(x)
+    model.to(dtype)
+    assert cnn.Int8Torso.fits(model)
+    model.int8_torso = cnn.Int8Torso(model)
+    with torch.inference_mode():
+        got = model(x)
+    assert got.dtype == dtype and got.shape == want.shape and (got >= 0).all()
+    # Weights per channel and activations per layer in 8 bits: ~2% of the largest feature.
+    err = (got.float() - want).abs().max().item()
+    assert 0 < err <= 0.05 * want.abs().max().item(), err
+
+
+@needs_int8
+def test_int8_torso_acts_like_the_float_policy():
+    model = pong_model(dtype=torch.bfloat16)
+    reference = pong_model()
+    assert cnn.use_int8_torso(model) and model.pi_torso.int8_torso is not None
+    x = frames(16, seed=3)
+    with torch.inference_mode():
+        p = torch.log_softmax(model.policy_float(x), -1)
+        q = torch.log_softmax(reference.policy_float(x), -1)
+    kl = (q.exp() * (q - p)).sum(-1)
+    assert kl.max() < 1e-3, kl
+
+
+@needs_int8
+def test_int8_torso_requantizes_when_the_weights_change_and_recalibrates():
+    model = pong_model()
+    flat = flatten_parameters(model)
+    assert cnn.use_int8_torso(model)
+    q = model.pi_torso.int8_torso
+    q.recalibrate_every = 2
+    x, y = frames(4), frames(4, seed=9)
+    with torch.inference_mode():
+        before = model.policy(x)
+        packed, fc, scales = q._packed, q._fc_q, q._x_scales
+        assert torch.equal(model.policy(x), before) and q._packed is packed and q._fc_q is fc  # nothing changed
+        assert q._x_scales is scales
+        model.policy(y)  # two calls since calibrating: recalibrated, on y
+        assert q._x_scales is not scales and q._packed is packed
+        flat.mul_(1.5)  # what LearnerLink does to apply new weights: a copy into the flat buffer
+        scales = q._x_scales
+        after = model.policy(x)  # new weights: requantized and recalibrated at once
+        assert q._packed is not packed and q._fc_q is not fc and q._x_scales[1] > scales[1]
+        feats = model.pi_torso(x)
+        model.pi_torso.int8_torso = None
+        reference = model.pi_torso(x)
+        ref_policy = model.policy(x)
+    assert (feats - reference).abs().max() <= 0.05 * reference.abs().max()
+    assert torch.allclose(torch.softmax(after, -1), torch.softmax(ref_policy, -1), atol=1e-3)
+
+
+@needs_int8
+def test_int8_torso_saturates_instead_of_wrapping():
+    model = pong_model()
+    assert cnn.use_int8_torso(model)
+    with torch.inference_mode():
+        model.policy(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))  # calibrated on black frames: tiny scales
+        feats = model.pi_torso(frames(3))
+        model.pi_torso.int8_torso = None
+        reference = model.pi_torso(frames(3))
+    # Every activation is clipped to the top of its range, never wrapped to a negative int8.
+    assert torch.isfinite(feats).all() and (feats >= 0).all()
+    assert feats.max() < reference.max()
+
+
+@needs_int8
+def test_int8_torso_fits_the_shallow_cnn_only_and_acts_only():
+    deep = pong_model("impala_deep")
+    assert not cnn.Int8Torso.fits(deep.pi_torso) and cnn.use_int8_torso(deep) is False
+    model = pong_model()
+    reference = copy.deepcopy(model)
+    assert cnn.use_int8_torso(model)
+    x = frames(2)
+    out, ref = model.policy(x), reference.policy(x)  # gradients on: the float path, exactly
+    assert out.requires_grad and torch.equal(out, ref)
+    with torch.inference_mode():
+        acting = model.policy(x)
+    twin = copy.deepcopy(model)
+    assert twin.pi_torso.int8_torso is not model.pi_torso.int8_torso and twin.pi_torso.int8_torso.fc is twin.pi_torso.fc
+    assert twin.pi_torso.int8_torso.convs[1] is twin.pi_torso.convs[2]
+    with torch.inference_mode():
+        assert torch.equal(twin.policy(x), acting)
+
+
+@needs_int8
+def test_non_finite_weights_raise_in_the_int8_torso():
+    model = pong_model()
+    assert cnn.use_int8_torso(model)
+    with torch.no_grad():
+        model.pi_torso.fc.weight[5, 7] = float("inf")
+    with torch.inference_mode(), pytest.raises(ValueError, match="weights are not finite"):
+        model.policy(frames(2))
+
+
+def test_int8_torso_setting(monkeypatch, caplog):
+    with pytest.raises(ConfigError, match="actor.int8_torso"):
+        load_config(PONG_CONFIG, ["actor.int8_torso=sometimes"])
+    assert load_config(PONG_CONFIG, []).actor.int8_torso == "auto"
+    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU without VNNI
+    with pytest.raises(ValueError, match="actor.int8_torso: true, but this CPU"):
+        actor_mod.use_int8(True, pong_model(), torso=True)
+    assert actor_mod.use_int8("auto", pong_model(), torso=True) is False
+    monkeypatch.setattr(cnn, "_INT8_CONV", True)
+    with caplog.at_level("WARNING", logger="zrl.actor"):
+        assert actor_mod.use_int8(True, pong_model("impala_deep"), torso=True) is False
+    assert "no shallow CNN torso" in caplog.text
 
 
 # -- the categorical draw

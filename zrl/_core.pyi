@@ -7,6 +7,10 @@ import numpy.typing as npt
 def pixels_to_channels_last(src: npt.NDArray[np.uint8], out: npt.NDArray[Any]) -> None:
     """uint8 [N, C, H, W] -> out [N, H, W, C], cast to out's dtype (float32, uint8, or int16/uint16 receiving bfloat16 bits)."""
 
+def quantize_rows(src: npt.NDArray[Any], out: npt.NDArray[np.int8], scales: npt.NDArray[np.float32]) -> bool:
+    """Weights [R, K] float32 (or int16/uint16 holding bfloat16 bits) -> out int8 [R, K] and scales [R],
+    per row: round-half-even(w / scale) with scale = max(max|w| / 127, 1e-12). False if a weight is not finite."""
+
 def sample_categorical(logits: npt.NDArray[np.float32], u: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """One action per row of logits [B, n] (inverse CDF of the softmax at u [B] in [0, 1)): (actions, log-probabilities)."""
 

@@ -281,8 +281,21 @@ class ActorConfig:
     with Pong's shallow CNN, a bf16 actor's act() on 8 frames 333 -> 275 us. true
     where that does not hold is an error; models without a CNN ignore it."""
 
+    int8_torso: bool | str = False
+    """true, false or auto: a shallow CNN policy (model.network impala_shallow) acts in
+    int8 end to end: both convolutions and the FC take 8-bit activations and int8
+    weights, each layer's activation scale calibrated on the frames being acted on
+    (on every weights update and every 128 calls; see zrl.models.cnn.Int8Torso),
+    where int8_first_conv quantizes only the first conv's weights. The recorded
+    log mu(a|x) is the acting model's, so V-trace corrects for the difference.
+    auto: where int8_first_conv's auto would hold. On 2 cores with Pong, act() on
+    8 frames ~265 -> ~195 us, at ~0.8 ms per weights update received. A CNN it
+    does not fit (the deep ResNet) gets int8_first_conv instead; true where the CPU
+    lacks int8 dot products is an error."""
+
     def __post_init__(self):
         _check(self.backpressure in ("block", "drop"), "actor.backpressure", "must be block or drop")
+        _check(self.int8_torso in (True, False, "auto"), "actor.int8_torso", "must be true, false or auto")
         _check(self.precision in ("fp32", "bf16", "auto"), "actor.precision", "must be fp32, bf16 or auto")
         _check(self.int8_first_conv in (True, False, "auto"), "actor.int8_first_conv", "must be true, false or auto")
         _check(self.env_groups >= 1 and self.num_envs % self.env_groups == 0, "actor.env_groups", "must be >= 1 and divide actor.num_envs")

@@ -33,22 +33,25 @@ from zrl.envs import make_vector_env
 from zrl.learner import algorithms
 from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender, resolve_precision
 from zrl.models import flatten_parameters
-from zrl.models.cnn import use_int8_first_conv, int8_conv_supported
+from zrl.models.cnn import int8_conv_supported, use_int8_first_conv, use_int8_torso
 
 log = logging.getLogger("zrl.actor")
 
 
-def use_int8(setting: bool | str, model: torch.nn.Module) -> bool:
-    """actor.int8_first_conv applied to `model`: whether its CNN now acts with an int8 first conv.
-    Raises ValueError for true on a CPU (or PyTorch) without native int8 convolutions."""
+def use_int8(setting: bool | str, model: torch.nn.Module, torso: bool = False) -> bool:
+    """actor.int8_first_conv (or with torso=True, actor.int8_torso) applied to `model`: whether its
+    CNN now acts with an int8 first conv (an int8 torso). Raises ValueError for true on a CPU (or
+    PyTorch) without native int8 convolutions."""
+    key = "actor.int8_torso" if torso else "actor.int8_first_conv"
     if setting is False:
         return False
     if setting is True and not int8_conv_supported():
-        raise ValueError("actor.int8_first_conv: true, but this CPU has no int8 dot products (AVX-512 VNNI, AVX-VNNI "
+        raise ValueError(f"{key}: true, but this CPU has no int8 dot products (AVX-512 VNNI, AVX-VNNI "
                          "or AMX) or this PyTorch's oneDNN int8 convolution failed zrl's probe; set it to auto or false")
-    used = use_int8_first_conv(model)
+    used = use_int8_torso(model) if torso else use_int8_first_conv(model)
     if setting is True and not used:
-        log.warning("actor.int8_first_conv: true, but the model has no CNN first conv to run in int8; acting without it")
+        what = "no shallow CNN torso" if torso else "no CNN first conv"
+        log.warning("%s: true, but the model has %s to run in int8; acting without it", key, what)
     return used
 
 
@@ -366,7 +369,9 @@ class Actor:
                 # The model itself in bf16: the link casts the weights it receives straight into it.
                 self.model.to(torch.bfloat16)
             self.model.eval()
-            if use_int8(cfg.actor.int8_first_conv, self.model):
+            if use_int8(cfg.actor.int8_torso, self.model, torso=True):
+                precision += ", int8 torso"
+            elif use_int8(cfg.actor.int8_first_conv, self.model):
                 precision += ", int8 first conv"
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, obs_spec, action_spec, width)
             self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
