@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 PONG_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pong_impala.yaml"
 OBS = spaces.BoxSpec((4, 84, 84), "uint8", 0.0, 255.0)
 ACTIONS = spaces.DiscreteSpec(6)
-needs_int8 = pytest.mark.skipif(not cnn.int8_conv_supported(), reason="this CPU has no int8 dot products (VNNI/AMX)")
+needs_int8 = pytest.mark.skipif(not cnn.int8_conv_supported(), reason="no int8 convolution here (an x86 CPU with AVX2 or newer, and oneDNN)")
 
 
 def pong_model(network="impala_shallow", dtype=torch.float32):
@@ -57,10 +57,34 @@ def test_int8_first_conv_matches_the_conv_up_to_weight_rounding(dtype):
         want = torch.relu(F.conv2d(x.float() / 255.0, conv.weight.float(), conv.bias.float(), conv.stride))
     assert got.dtype == dtype and got.shape == want.shape and got.is_contiguous(memory_format=torch.channels_last)
     assert (got >= 0).all()  # the ReLU is fused in
-    # Weights rounded to 1/254 of each channel's largest (and a bf16 output's own rounding).
+    # Weights rounded to 1/254 (1/126 without VNNI) of each channel's largest, and a bf16 output's own rounding.
     err = (got.float() - want).abs().max().item()
     assert err <= 0.02 * want.abs().max().item(), err
     assert err > 0  # the int8 weights, not the float conv
+
+
+def test_the_weight_range_follows_the_cpus_int8_products(monkeypatch):
+    # Pre-VNNI kernels (vpmaddubsw) sum pairs of uint8 x int8 products in saturating int16:
+    # weights of at most 63 keep 2 x 255 x 63 below 32,767.
+    for flags, top in ((frozenset({"avx2"}), 63), (frozenset({"avx2", "avx512_vnni"}), 127), (frozenset({"avx_vnni"}), 127),
+                       (frozenset({"amx_int8"}), 127)):
+        monkeypatch.setattr(cnn, "cpu_flags", lambda f=flags: f)
+        assert cnn.int8_weight_max() == top and cnn.int8_dot_products() is (top == 127)
+
+
+@needs_int8
+@pytest.mark.parametrize("torso", [False, True])
+def test_white_frames_do_not_saturate_the_int8_products(torso):
+    # All pixels 255, the worst case for a pre-VNNI CPU's int16 pairs: the answer stays the float one's.
+    model = pong_model()
+    reference = copy.deepcopy(model)
+    assert (cnn.use_int8_torso if torso else cnn.use_int8_first_conv)(model)
+    x = torch.full((3, 4, 84, 84), 255, dtype=torch.uint8)
+    x[1, :, 20:60, 30:50] = 0  # and a dark patch, so the features differ between frames
+    with torch.inference_mode():
+        got, want = model.pi_torso(x), reference.pi_torso(x)
+    err = (got - want).abs().max().item()
+    assert err <= 0.05 * want.abs().max().item(), err
 
 
 @needs_int8
@@ -144,8 +168,8 @@ def test_int8_first_conv_setting(monkeypatch):
     assert load_config(PONG_CONFIG, ["actor.int8_first_conv=true"]).actor.int8_first_conv is True
     assert load_config(PONG_CONFIG, []).actor.int8_first_conv == "auto"
     assert actor_mod.use_int8(False, pong_model()) is False
-    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU without VNNI
-    with pytest.raises(ValueError, match="actor.int8_first_conv: true, but this CPU"):
+    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU (or PyTorch) without int8 convolutions
+    with pytest.raises(ValueError, match="actor.int8_first_conv: true, but this is not an x86 CPU"):
         actor_mod.use_int8(True, pong_model())
     model = pong_model()
     assert actor_mod.use_int8("auto", model) is False and model.pi_torso.int8_first_conv is None
@@ -190,7 +214,8 @@ def test_quantize_rows_is_torchs_per_row_rounding():
 @needs_int8
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape,n", [((4, 84, 84), 8), ((4, 84, 84), 1), ((3, 36, 36), 5), ((1, 45, 37), 3)])
-def test_int8_torso_matches_the_float_torso(dtype, shape, n):
+@pytest.mark.parametrize("int_mm", [True, False])  # the FC as torch._int_mm (VNNI CPUs) or oneDNN's int8 linear
+def test_int8_torso_matches_the_float_torso(dtype, shape, n, int_mm):
     torch.manual_seed(1)
     model = cnn.ImpalaShallow(shape).eval()
     x = torch.from_numpy(np.random.default_rng(2).integers(0, 256, (n, *shape), dtype=np.uint8))
@@ -199,6 +224,7 @@ def test_int8_torso_matches_the_float_torso(dtype, shape, n):
     model.to(dtype)
     assert cnn.Int8Torso.fits(model)
     model.int8_torso = cnn.Int8Torso(model)
+    model.int8_torso._int_mm = int_mm  # before its first call, which quantizes for that FC
     with torch.inference_mode():
         got = model(x)
     assert got.dtype == dtype and got.shape == want.shape and (got >= 0).all()
@@ -294,8 +320,8 @@ def test_int8_torso_setting(monkeypatch, caplog):
     with pytest.raises(ConfigError, match="actor.int8_torso"):
         load_config(PONG_CONFIG, ["actor.int8_torso=sometimes"])
     assert load_config(PONG_CONFIG, []).actor.int8_torso == "auto"
-    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU without VNNI
-    with pytest.raises(ValueError, match="actor.int8_torso: true, but this CPU"):
+    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU (or PyTorch) without int8 convolutions
+    with pytest.raises(ValueError, match="actor.int8_torso: true, but this is not an x86 CPU"):
         actor_mod.use_int8(True, pong_model(), torso=True)
     assert actor_mod.use_int8("auto", pong_model(), torso=True) is False
     monkeypatch.setattr(cnn, "_INT8_CONV", True)

@@ -275,11 +275,12 @@ class ActorConfig:
     with int8 weights (per output channel; oneDNN's int8 convolution, the rest of the
     network in actor.precision). The pixels are exact in uint8, so only the weights
     are rounded, to 1/254 of each channel's largest (~1% error in the conv's output,
-    about twice bf16's); the recorded log mu(a|x) is the acting model's, so V-trace
-    corrects for the difference. auto: where the CPU has int8 dot products (AVX-512
-    VNNI, AVX-VNNI or AMX) and PyTorch's oneDNN int8 conv passes a probe. On 2 cores
-    with Pong's shallow CNN, a bf16 actor's act() on 8 frames 333 -> 275 us. true
-    where that does not hold is an error; models without a CNN ignore it."""
+    about twice bf16's; 1/126 on CPUs without int8 dot products, whose int8 kernels
+    sum pairs of products in int16); the recorded log mu(a|x) is the acting model's,
+    so V-trace corrects for the difference. auto: on x86 CPUs with AVX2 or newer where
+    PyTorch's oneDNN int8 conv passes a probe. On 2 cores with Pong's shallow CNN, a
+    bf16 actor's act() on 8 frames 333 -> 275 us (AVX-512 VNNI). true where that does
+    not hold is an error; models without a CNN ignore it."""
 
     int8_torso: bool | str = False
     """true, false or auto: a shallow CNN policy (model.network impala_shallow) acts in
@@ -288,10 +289,11 @@ class ActorConfig:
     (on every weights update and every 128 calls; see zrl.models.cnn.Int8Torso),
     where int8_first_conv quantizes only the first conv's weights. The recorded
     log mu(a|x) is the acting model's, so V-trace corrects for the difference.
-    auto: where int8_first_conv's auto would hold. On 2 cores with Pong, act() on
-    8 frames ~265 -> ~195 us, at ~0.8 ms per weights update received. A CNN it
+    auto: where int8_first_conv's auto would hold. On 2 cores with Pong, the torso on
+    8 frames ~265 -> ~195 us (bf16 -> int8, AVX-512 VNNI) and ~1,000 -> ~600 us
+    (fp32 -> int8, AVX2 only), at ~0.8 ms per weights update received. A CNN it
     does not fit (the deep ResNet) gets int8_first_conv instead; true where the CPU
-    lacks int8 dot products is an error."""
+    or PyTorch has no int8 convolution is an error."""
 
     def __post_init__(self):
         _check(self.backpressure in ("block", "drop"), "actor.backpressure", "must be block or drop")

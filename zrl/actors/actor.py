@@ -46,8 +46,8 @@ def use_int8(setting: bool | str, model: torch.nn.Module, torso: bool = False) -
     if setting is False:
         return False
     if setting is True and not int8_conv_supported():
-        raise ValueError(f"{key}: true, but this CPU has no int8 dot products (AVX-512 VNNI, AVX-VNNI "
-                         "or AMX) or this PyTorch's oneDNN int8 convolution failed zrl's probe; set it to auto or false")
+        raise ValueError(f"{key}: true, but this is not an x86 CPU with AVX2 or newer, or this PyTorch's oneDNN "
+                         "int8 convolution failed zrl's probe; set it to auto or false")
     used = use_int8_torso(model) if torso else use_int8_first_conv(model)
     if setting is True and not used:
         what = "no shallow CNN torso" if torso else "no CNN first conv"

@@ -89,6 +89,19 @@ def time_call(
     return Timing(per_call, n)
 
 
+def cpu_simd() -> str:
+    """The vector features that decide zrl's CPU kernels (the model name alone does not tell an
+    AVX2-only AMD EPYC from one with AVX-512): e.g. "AVX-512, VNNI, BF16" or "AVX2"."""
+    from zrl.cpu import cpu_flags
+
+    flags = cpu_flags()
+    names = [("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx512_bf16", "BF16"), ("amx_int8", "AMX")]
+    found = [name for flag, name in names if flag in flags]
+    if not found and "avx2" in flags:
+        found = ["AVX2"]
+    return ", ".join(found) or "unknown"
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),
@@ -104,6 +117,7 @@ def machine_info() -> dict[str, Any]:
                     break
     except OSError:
         pass
+    info["cpu_simd"] = cpu_simd()
     try:
         import torch
 
@@ -170,7 +184,7 @@ def write_result(result: BenchResult, out_dir: Path) -> tuple[Path, Path]:
     }
     json_path = out_dir / f"{result.name}.json"
     json_path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
-    md = [f"## {result.title}", "", f"{stamp} on {machine.get('cpu_model', machine['processor'])}, "
+    md = [f"## {result.title}", "", f"{stamp} on {machine.get('cpu_model', machine['processor'])} ({machine['cpu_simd']}), "
           f"{machine['cpus']} CPUs, Python {machine['python']}"
           + (f", torch {machine['torch']}" if "torch" in machine else ""), "", format_table(result)]
     if result.notes:

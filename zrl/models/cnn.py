@@ -27,7 +27,10 @@ cast) and only that conv's weights are quantized; oneDNN's int8 convolution
 writes the model's dtype with the ReLU fused. On 2 cores (AVX-512 VNNI) a bf16
 actor's act() on 8 frames 333 -> 275 us. With `use_int8_torso` (actor.int8_torso)
 the shallow CNN acts in int8 end to end (`Int8Torso`): act() on 8 frames ~265 ->
-~195 us.
+~195 us. Both run on any x86 CPU with AVX2 or newer; without int8 dot products
+(VNNI, AMX) the conv weights take 63 levels a side, not 127 (`int8_weight_max`),
+and on such a CPU (AMD EPYC, AVX2 only) the shallow torso on 8 frames takes
+~600 us in int8 against ~1,000 in fp32 (bf16 is emulated there: ~6,500).
 """
 from __future__ import annotations
 
@@ -90,10 +93,29 @@ def _image_shape(obs_spec: spaces.Spec, network: str) -> tuple[int, int, int]:
 _INT8_CONV: bool | None = None
 
 
+def int8_dot_products() -> bool:
+    """Whether this CPU multiplies int8 into int32 in one instruction (AVX-512 VNNI, AVX-VNNI or
+    AMX). Without it (plain AVX2, as on AMD Zen 1-3), oneDNN's int8 kernels multiply uint8 by
+    int8 into pairs summed in saturating int16 (vpmaddubsw), so zrl keeps those products in
+    range: see `int8_weight_max`."""
+    flags = cpu_flags()
+    return "avx512_vnni" in flags or "avx_vnni" in flags or "amx_int8" in flags
+
+
+def int8_weight_max() -> int:
+    """The largest magnitude of the int8 conv weights zrl quantizes to: 127 on CPUs with int8 dot
+    products, else 63, so that a pair of uint8 pixels times weights (2 x 255 x 63 = 32,130) fits
+    the int16 that pre-VNNI kernels sum pairs in (with 127 a bright frame would saturate it and
+    the conv be wrong; PyTorch's x86 int8 backend narrows the range the same way, as its
+    reduce_range). Those weights are rounded to 1/126 of each channel's largest instead of 1/254."""
+    return 127 if int8_dot_products() else 63
+
+
 def _int8_conv_probe() -> bool:
-    """Runs one small int8 conv at full scale (pixels 255, weights +-127: products that would
-    saturate int16 pairs, as oneDNN's pre-VNNI int8 kernels do) against the exact answer.
-    False if the ops are missing, take other arguments (older PyTorch) or get it wrong."""
+    """Runs one small int8 conv at full scale (pixels 255, weights at int8_weight_max: products
+    that would saturate int16 pairs with weights of 127, as oneDNN's pre-VNNI int8 kernels do)
+    against the exact answer. False if the ops are missing, take other arguments (older
+    PyTorch) or get it wrong."""
     try:
         conv = nn.Conv2d(2, 2, 3, stride=2, padding=1)
         with torch.no_grad():
@@ -109,14 +131,14 @@ def _int8_conv_probe() -> bool:
 
 
 def int8_conv_supported() -> bool:
-    """Whether this CPU has int8 dot products (AVX-512 VNNI, AVX-VNNI or AMX) and this PyTorch's
-    oneDNN int8 convolution (torch.ops.onednn.qconv2d_pointwise, the op of PyTorch's x86 int8
-    inference) computes a probe conv exactly. Decided once per process."""
+    """Whether this CPU (x86 with AVX2 or better) and this PyTorch's oneDNN int8 convolution
+    (torch.ops.onednn.qconv2d_pointwise, the op of PyTorch's x86 int8 inference) compute a probe
+    conv exactly with zrl's weight range (`int8_weight_max`). Decided once per process."""
     global _INT8_CONV
     if _INT8_CONV is None:
         flags = cpu_flags()
-        vnni = "avx512_vnni" in flags or "avx_vnni" in flags or "amx_int8" in flags
-        _INT8_CONV = bool(vnni and torch.backends.mkldnn.is_available() and _int8_conv_probe())
+        x86 = "avx2" in flags or int8_dot_products()
+        _INT8_CONV = bool(x86 and torch.backends.mkldnn.is_available() and _int8_conv_probe())
     return _INT8_CONV
 
 
@@ -125,7 +147,8 @@ class Int8FirstConv:
 
     The pixels are exact as uint8 (scale 1/255, zero point 0), so only the weights
     are quantized: per output channel, to round(W / s) with s = max|W| / 127 (an
-    error of at most 1/254 of the channel's largest weight). On Pong's shallow CNN
+    error of at most 1/254 of the channel's largest weight; 63 and 1/126 on CPUs
+    without int8 dot products, see `int8_weight_max`). On Pong's shallow CNN
     that is ~1% relative error in the conv's output, about twice a bf16 conv's
     0.4%. oneDNN accumulates in int32 and writes the model's dtype, channels_last,
     the ReLU that follows fused in. Measured on 2 cores (AVX-512 VNNI, 8 frames of
@@ -165,8 +188,9 @@ class Int8FirstConv:
         w = self.conv.weight.detach().float()
         if not torch.isfinite(w).all():
             raise ValueError("the first conv's weights are not finite (the learner diverged?): cannot act")
-        scales = (w.abs().amax(dim=(1, 2, 3)) / 127.0).clamp_min(1e-12)
-        q = torch.round(w / scales[:, None, None, None]).clamp_(-127, 127).to(torch.int8)
+        top = int8_weight_max()
+        scales = (w.abs().amax(dim=(1, 2, 3)) / top).clamp_min(1e-12)
+        q = torch.round(w / scales[:, None, None, None]).clamp_(-top, top).to(torch.int8)
         self._packed = torch.ops.onednn.qconv_prepack(q, scales, 1.0 / 255.0, 0, *self._geometry, None)
         self._scales = scales
         self._source = self.conv.weight.detach().clone()
@@ -188,8 +212,9 @@ class Int8Torso:
     run in bf16. Here every layer is an int8 product: oneDNN's int8 convolutions
     write their activations straight as 8-bit integers (the ReLU fused; uint8
     between convs, int8 0..127 out of the last, so the FC can read it as int8),
-    and the FC is one int8 matrix product (`torch._int_mm`, int32 accumulators)
-    scaled back to float. No pass quantizes activations: each layer's output
+    and the FC is one int8 matrix product (`torch._int_mm`, int32 accumulators,
+    on CPUs with int8 dot products; oneDNN's int8 linear elsewhere) scaled back
+    to float. No pass quantizes activations: each layer's output
     scale is fixed in advance, calibrated on the frames being acted on with a
     float pass layer by layer (its largest output x `margin` maps to the top of
     the 8-bit range; a larger output saturates there, it never wraps). That
@@ -203,7 +228,10 @@ class Int8Torso:
     bf16. Each weights update costs ~0.8 ms (requantizing ~0.6, calibrating ~0.2).
     The features' error is ~2% of the largest (the int8 first conv with bf16:
     ~1.5%); on a partly trained Pong model the policy's KL from the fp32 one was
-    at most 2e-5 over 240 frames. The recorded log mu(a|x) is this model's, so
+    at most 2e-5 over 240 frames. On an AVX2-only CPU (AMD EPYC, conv weights at
+    63 levels a side, fp32 model) the torso on 8 frames takes ~600 us against ~1,000
+    in fp32 (convs ~420 us against ~670, the FC ~180 against ~220), the features'
+    error ~2.4%. The recorded log mu(a|x) is this model's, so
     V-trace corrects for the difference as for any behaviour policy. Acting only;
     the learner never uses it.
     """
@@ -243,7 +271,11 @@ class Int8Torso:
         self._packed: list[torch.Tensor] = []
         self._w_scales: list[torch.Tensor] = []
         self._x_scales: list[float] = []  # per conv: the scale of its input (pixels: 1/255)
-        self._fc_q: torch.Tensor | None = None  # int8 [K, hidden], rows in channels_last order
+        # The FC's int8 product: torch._int_mm where the CPU has int8 dot products (measured
+        # fastest there); oneDNN's int8 linear elsewhere (_int_mm is ~15x slower than it on AVX2).
+        self._int_mm = int8_dot_products()
+        self._fc_q: torch.Tensor | None = None  # int8 [K, hidden] (rows in channels_last order) or oneDNN's packing
+        self._fc_zero_points = torch.zeros(fc.out_features, dtype=torch.int64)
         self._fc_w_scales: torch.Tensor | None = None  # float32 [hidden]
         self._fc_scales: torch.Tensor | None = None  # float32 [hidden]: weight scale x input scale
         self._fc_bias: torch.Tensor | None = None
@@ -264,8 +296,9 @@ class Int8Torso:
             w = conv.weight.detach().float()
             if not torch.isfinite(w).all():
                 raise ValueError("the CNN's weights are not finite (the learner diverged?): cannot act")
-            scales = (w.abs().amax(dim=(1, 2, 3)) / 127.0).clamp_min(1e-12)
-            q = torch.round(w / scales[:, None, None, None]).clamp_(-127, 127).to(torch.int8)
+            top = int8_weight_max()
+            scales = (w.abs().amax(dim=(1, 2, 3)) / top).clamp_min(1e-12)
+            q = torch.round(w / scales[:, None, None, None]).clamp_(-top, top).to(torch.int8)
             # The input scale given here is not baked in: each call passes its own.
             self._packed.append(torch.ops.onednn.qconv_prepack(q, scales, 1.0, 0, *geometry, None))
             self._w_scales.append(scales)
@@ -281,7 +314,10 @@ class Int8Torso:
         # The FC reads the last conv's output in channels_last order (h, w, c): its columns are
         # relaid out to match (once per weights update, not once per call).
         q = q.permute(0, 2, 3, 1).reshape(rows, -1)
-        self._fc_q = q.t()  # [K, hidden], the layout torch._int_mm reads fastest
+        if self._int_mm:
+            self._fc_q = q.t()  # [K, hidden], the layout torch._int_mm reads fastest
+        else:
+            self._fc_q = torch.ops.onednn.qlinear_prepack(q, None)  # oneDNN's own layout of [hidden, K]
         self._fc_w_scales = scales
         self._fc_bias = self.fc.bias.detach().float()
         self._seen = tuple((p.data_ptr(), p._version) for p in self._params)
@@ -322,8 +358,15 @@ class Int8Torso:
                                                    *geometry, self._x_scales[i + 1], 0, torch.int8 if i == last else torch.uint8,
                                                    "relu", [], "")
         feats = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
-        acc = torch._int_mm(feats, self._fc_q)
-        return torch.addcmul(self._fc_bias, acc.to(torch.float32), self._fc_scales).relu_().to(self.fc.weight.dtype)
+        if self._int_mm:
+            acc = torch._int_mm(feats, self._fc_q)
+            out = torch.addcmul(self._fc_bias, acc.to(torch.float32), self._fc_scales).relu_()
+        else:
+            # The features are 0..127, so their int8 bits read as uint8 are the same values, and a
+            # pair of products (2 x 127 x 127) fits pre-VNNI kernels' int16 with 8-bit weights.
+            out = torch.ops.onednn.qlinear_pointwise(feats.view(torch.uint8), self._x_scales[-1], 0, self._fc_q, self._fc_w_scales,
+                                                     self._fc_zero_points, self._fc_bias, 1.0, 0, torch.float32, "relu", [], "")
+        return out.to(self.fc.weight.dtype)
 
 
 class _Torso(nn.Module):
