@@ -25,7 +25,8 @@ live here, never in the test suite. This page is rebuilt from the latest
 outputs by `python bench/make_readme.py`.
 
 The tables below were measured on the development machine: 2 vCPUs (AMD EPYC,
-x86-64), 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU,
+x86-64: with AVX-512, VNNI and BF16 for most tables, AVX2 only for the latest
+pipeline table; a table's stamp names the SIMD level where it was recorded), 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU,
 shared with other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the
 replay gets its speed) and [TRANSPORT.md](TRANSPORT.md) (where transport time
 goes, and the frame-reuse change it led to).
@@ -108,13 +109,51 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Pong actor -> sink: 0.853 in the table, and 0.82-0.86 in all 7 runs with
-the int8 torso below** (11-24, a later session: 6 A/B runs, median 0.83, and
-the table's). Before it, 0.8 held in some runs only: 0.70-0.88 across
+**This table is from an AVX2-only CPU (AMD EPYC, no AVX-512, VNNI or BF16; a
+later session), where Pong actor -> sink stays below the 0.8 target: 0.664
+in the table.** The same code on the AVX-512 machine earlier sessions had
+reached 0.853 (its table is kept below, "pipeline on the AVX-512 machine").
+Why, measured on the AVX2 machine:
+- The emulator costs ~700 µs of CPU per env step (raw 2,500-3,300 steps/s on
+  2 cores, drifting by that much within minutes; 263 µs on the AVX-512
+  machine).
+- The actor's thread costs 160-196 µs per env step (a loop of step_wait,
+  observe, act and step_async timed inside with thread CPU clocks; `/proc`
+  per-thread CPU in a real actor): act() on 8 frames takes 727 µs alone and
+  ~1.1 ms next to the emulator threads. Without int8 dot products the int8
+  torso takes ~600 µs for 8 frames alone (fp32 1,000-1,230; bf16 is emulated
+  there, 6,500), and its FC is oneDNN's int8 linear (see the int8 torso below).
+- The machine idles 0.25-0.3 of its 2 cores in actor -> sink, against
+  0.14-0.17 in the raw env: each group's emulator threads idle in the tail of
+  its synchronous batch (8 envs on 2 threads) unless another group has work
+  queued, and a policy that holds a group longer leaves the others less. A
+  stand-in loop spinning 1.5 ms per batch of 8 instead of acting idles 0.25
+  cores with 2 groups, 0.17 with 3 and 0.13 with 4 (`/proc/stat`, 10 s each).
+- So the Pong config now acts on 24 envs in 3 groups of 8 (it was 16 in 2):
+  in two rounds of the bracketed measurement (3 pairs each), 16 in 2 gave
+  0.622 and 0.633 of raw, 24 in 3 0.680 and 0.700 (32 in 4, one round: 0.673).
+  The AVX-512 machine had leaned the same way within its noise (below).
+
+With a core of its own for the policy (the row "emulator on 1 core") the
+actor runs at 0.863 of the emulator's speed here (0.971 in a single run of
+the 16-in-2 config, the session before). CartPole's actor -> sink (0.462 in the
+table) is a Python loop on one core against a raw env whose rate drifted from
+46k to 70k steps/s within a minute in a rerun (ratios 0.55-0.66); it has no
+target. What is left on a
+CPU like this: the policy's CPU (a hand-written AVX2 u8 x s8 kernel for the
+convolutions and FC, or fewer µs per frame some other way) and the idle
+tails. ale_py's asynchronous mode (batches of the first 8 envs ready) keeps
+its threads fed, but it measured slower than two groups on the AVX-512
+machine (below), and it sends each batch's actions to the envs of the last
+batch received, so zrl's recorder would need a cursor per env to use it.
+
+**On the AVX-512 machine: Pong actor -> sink 0.853 in its table, and
+0.82-0.86 in all 7 runs with the int8 torso below** (11-24, a later session: 6 A/B runs, median 0.83, and
+that table's). Before it, 0.8 held in some runs only: 0.70-0.88 across
 sessions with the same code, median 0.79 in the A/B's runs without it; a
 quiet machine or a slow raw env moved the ratio by as much as any change did.
-**With a core of its own for the policy it runs at the emulator's speed:
-0.958 in the table** (the row "emulator on 1 core": every emulator thread
+**With a core of its own for the policy it ran at the emulator's speed:
+0.958 in its table** (the row "emulator on 1 core": every emulator thread
 pinned to one core, in the actor and in the raw env alike, so the other core
 is the policy's; 0.91-1.02 in earlier runs). On 2 cores the
 emulator alone keeps both cores busy (raw: 263 µs of CPU per env step at
@@ -189,7 +228,14 @@ What moved it, each A/B in alternating runs:
   needs its weights prepacked, ~2 ms per weights update, so the FC's weights
   are requantized by a C++ kernel instead (`_core.quantize_rows`, built for
   AVX2 and SSE2 and picked at load: 0.23 ms against 0.73 for SSE2 alone and
-  1-2 ms in PyTorch ops). act() on 8 frames alone 265 to 193-199 µs; the
+  1-2 ms in PyTorch ops). On CPUs without int8 dot products (AVX2 alone, a
+  later session) `_int_mm` is ~15x slower (3.6 ms for 8 rows), so there the
+  FC is oneDNN's int8 linear, its weights prepacked at each weights update
+  (~0.5 ms), and the convolutions' weights take 63 levels a side, not 127:
+  pre-VNNI kernels add pairs of u8 x s8 products in saturating int16 (a white
+  frame through 127-level weights came out wrong; the tests check it). There
+  a weights update costs the actor ~3.3 ms (requantizing 2.1, calibrating
+  0.65). On the AVX-512 machine: act() on 8 frames alone 265 to 193-199 µs; the
   policy's KL from the fp32 one on a partly trained Pong model at most 2e-5
   (240 frames). Actor -> sink in 6 alternating pairs (two A/B sessions):
   0.757-0.831 without (median 0.79), 0.819-0.856 with (median 0.83), paired
@@ -205,7 +251,8 @@ What moved it, each A/B in alternating runs:
   in PyTorch ops, leaving ~6 µs per frame for a per-call scale that rounds
   small activations coarsely; PyTorch's fbgemm dynamic quantization goes
   through its deprecated quantized tensors.
-- Tried and not kept: more groups (24 envs in 3, 32 in 4) and wider ones
+- Tried and not kept on the AVX-512 machine, taken since on the AVX2 one
+  (above): more groups (24 envs in 3, 32 in 4) and wider ones
   (32 in 2): 0.67-0.71, the same within noise (11-24, with channels-last:
   24 in 3 0.756 against 0.762; with the int8 first conv, 4 rounds: 16 in 2
   median 0.718 (0.70-0.75), 24 in 3 0.786 (0.68-0.82), 32 in 4 0.736
@@ -219,6 +266,12 @@ What moved it, each A/B in alternating runs:
   8 frames alone 48.5 to 41 µs per frame, but actor -> sink in an A/B of 5
   alternating runs (11-24) median 0.765 without, 0.746 with (paired mean
   +0.008), so not worth private ops and a repack on every weights update."""),
+    ("pipeline_avx512", """## pipeline on the AVX-512 machine (kept)
+
+The pipeline benchmark as earlier sessions measured it on an AMD EPYC with
+AVX-512, VNNI and BF16 (2 vCPUs), with the Pong config's 16 envs in 2 groups
+and single raw and sink runs (before the bracketed repeats). Kept beside the
+table above, which is from a CPU with neither int8 dot products nor bf16."""),
     ("learning", """## learning: time to solve CartPole-v1
 
 Wall time from the command's start (process start-up included) and env steps

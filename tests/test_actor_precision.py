@@ -36,7 +36,7 @@ def test_actor_precision_must_be_fp32_bf16_or_auto():
 
 @pytest.mark.parametrize("core", ["feedforward", "lstm"])
 def test_a_bf16_copy_records_the_log_prob_of_what_it_sampled(core):
-    over = ["actor.num_envs=8"] + (["model.lstm_size=32"] if core == "lstm" else [])
+    over = ["actor.num_envs=8", "actor.env_groups=1"] + (["model.lstm_size=32"] if core == "lstm" else [])
     cfg = load_config(PONG_CONFIG, over)
     algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
     torch.manual_seed(0)

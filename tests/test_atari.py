@@ -354,7 +354,7 @@ def test_impala_loss_trains_a_cnn_on_a_tiny_pong_batch(network):
     torch.manual_seed(0)
     T, B = 3, 2
     # fp32: the check below is that the learner's log-probabilities equal the actor's exactly.
-    cfg = load_config(PONG_CONFIG, [f"model.network={network}", f"actor.num_envs={B}", f"learner.batch_size={B}", f"actor.unroll_length={T}",
+    cfg = load_config(PONG_CONFIG, [f"model.network={network}", f"actor.num_envs={B}", "actor.env_groups=1", f"learner.batch_size={B}", f"actor.unroll_length={T}",
                                     "learner.precision=fp32"])
     algo = algorithms.get("impala")(cfg, OBS, PONG_ACTIONS)
     model = algo.build_model()
@@ -390,7 +390,7 @@ def test_impala_loss_trains_a_cnn_on_a_tiny_pong_batch(network):
 @pytest.mark.parametrize("core", ["feedforward", "lstm"])
 def test_bf16_learner_gives_the_fp32_loss_and_gradients_up_to_rounding(core):
     T, B = 3, 2
-    over = [f"actor.num_envs={B}", f"learner.batch_size={B}", f"actor.unroll_length={T}"] + (["model.lstm_size=32"] if core == "lstm" else [])
+    over = [f"actor.num_envs={B}", "actor.env_groups=1", f"learner.batch_size={B}", f"actor.unroll_length={T}"] + (["model.lstm_size=32"] if core == "lstm" else [])
     g = torch.Generator().manual_seed(1)
     obs = torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8, generator=g)
     action = torch.randint(0, 6, (T, B), generator=g)

@@ -26,8 +26,24 @@ def test_pipeline_plot_draws_every_env_or_says_it_cannot(tmp_path):
         assert drew is True and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
+@pytest.mark.timeout(30)
+def test_sink_runs_alternate_with_raw_runs_and_each_ratio_uses_its_neighbours(monkeypatch):
+    # raw, sink, raw, sink, raw, sink, raw: a raw env drifting 1000 -> 4000 while the actor runs
+    # at 0.5 of whatever the raw env does at the time.
+    from zrl.bench import pipeline
+
+    calls = []
+    raws = iter([1000.0, 2000.0, 3000.0, 4000.0])
+    sinks = iter([750.0, 1250.0, 1750.0])
+    monkeypatch.setattr(pipeline, "raw_env_rate", lambda cfg, s: calls.append("raw") or next(raws))
+    monkeypatch.setattr(pipeline, "actor_sink_rate", lambda name, cfg, s, ov=(): calls.append(("sink", ov)) or next(sinks))
+    raw, sink, ratio = pipeline.sink_against_raw("Pong", None, 1.0, ("x=1",), pairs=3)
+    assert calls == ["raw", ("sink", ("x=1",)), "raw", ("sink", ("x=1",)), "raw", ("sink", ("x=1",)), "raw"]
+    assert (raw, sink, ratio) == (2500.0, 1250.0, 0.5)  # medians; the ratios are 750/1500, 1250/2500, 1750/3500
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name, overrides", [("CartPole", ["learner.batch_size=64"]), ("Pong", ["learner.batch_size=8", "actor.env_groups=2"])])
+@pytest.mark.parametrize("name, overrides", [("CartPole", ["learner.batch_size=64"]), ("Pong", ["learner.batch_size=8", "actor.env_groups=3"])])
 def test_learner_overhead_times_both_paths_on_batches_of_whole_chunks(name, overrides):
     # The Pong batch is one chunk of num_envs / env_groups columns, narrower than an actor's envs.
     from zrl.bench.pipeline import _config, learner_overhead

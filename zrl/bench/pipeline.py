@@ -118,6 +118,21 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
         shutil.rmtree(tmp, ignore_errors=True)  # the ipc sockets' files
 
 
+def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 3) -> tuple[float, float, float]:
+    """(raw env steps/s, actor -> sink steps/s, ratio): medians over `pairs` sink runs, each
+    bracketed by raw runs (raw, sink, raw, sink, ..., raw), each ratio taken against the mean
+    of the two raw runs beside it. On a shared machine the emulator's speed drifts by tens
+    of percent within minutes; a ratio of neighbours is far steadier than one of two single
+    runs taken a minute apart."""
+    raws = [raw_env_rate(cfg, seconds)]
+    sinks = []
+    for _ in range(pairs):
+        sinks.append(actor_sink_rate(name, cfg, seconds, overrides))
+        raws.append(raw_env_rate(cfg, seconds))
+    ratios = [s / ((a + b) / 2) for s, a, b in zip(sinks, raws, raws[1:])]
+    return float(np.median(raws)), float(np.median(sinks)), float(np.median(ratios))
+
+
 def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="zrl-pipe-") as d:
         argv = [sys.executable, "-m", "zrl", "run", "--config", str(CONFIGS[name]), "--actors", str(actors), "--logdir", d,
@@ -255,20 +270,18 @@ def run(opts: BenchOptions) -> BenchResult:
     )
     envs = ["CartPole", "Pong"]
     secs = 2.0 if quick else 8.0
+    pairs = 1 if quick else 3
     for name in envs:
         cfg = _config(name)
-        raw = raw_env_rate(cfg, secs)
+        raw, sink, ratio = sink_against_raw(name, cfg, secs, pairs=pairs)
         result.add(measurement="raw env (steps/s)", env=name, n=cfg.actor.num_envs, zrl="", reference=raw, ratio="")
-        sink = actor_sink_rate(name, cfg, secs)
-        result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=sink / raw)
+        result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=ratio)
         pin = one_core_overrides(cfg)
         if pin is not None:
             # The policy with a core of its own: the emulator on one core in both columns.
-            pinned_cfg = _config(name, pin)
-            raw1 = raw_env_rate(pinned_cfg, secs)
-            sink1 = actor_sink_rate(name, pinned_cfg, secs, pin)
+            raw1, sink1, ratio1 = sink_against_raw(name, _config(name, pin), secs, pin, pairs=pairs)
             result.add(measurement="actor -> sink, emulator on 1 core (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink1,
-                       reference=raw1, ratio=sink1 / raw1)
+                       reference=raw1, ratio=ratio1)
         for actors in ([1, 2] if quick else [1, 2, 4]):
             perf = zrl_run_perf(name, actors, (6.0 if quick else 30.0) if name == "CartPole" else (10.0 if quick else 60.0))
             result.add(measurement="zrl run (env steps/s)", env=name, n=actors, zrl=perf["env_steps_per_s"], reference=raw,
@@ -280,7 +293,9 @@ def run(opts: BenchOptions) -> BenchResult:
         "raw env: the actor's vector env (same backend, K and emulator threads) stepped with random actions in one process; "
         "the ceiling for everything below. Pong: 1 step = 4 emulator frames.",
         "actor -> sink: one `zrl actor` process (stepping, batched inference, chunks sent) against a learner that receives and "
-        "discards; ratio = its steps/s over the raw env's (target >= 0.8 on Atari).",
+        "discards; ratio = its steps/s over the raw env's (target >= 0.8 on Atari). Raw and sink alternate, raw first and last "
+        f"({pairs} sink runs, {pairs + 1} raw runs); each ratio is against the mean of the two raw runs beside it; the table "
+        "gives the medians of the rates and of the ratios.",
         "actor -> sink, emulator on 1 core (Pong): the same, with every emulator thread pinned to one core (env.num_threads 1, "
         "ale_py's thread_affinity_offset) in both columns: the raw env's one thread, and the actor's one per env group. The "
         "actor's policy has the other core to itself, as it would on a machine with cores to spare; on 2 cores the plain "
