@@ -140,6 +140,10 @@ def test_an_override_that_breaks_the_config_is_named_rather_than_the_file(tmp_pa
         load_config(odd, ["actor.env_groups=1"])
     with pytest.raises(ConfigError, match=r"^override 'learner.batch_size=7': learner.batch_size \(7\) must be a multiple"):
         load_config(DEFAULT_CONFIG, ["learner.batch_size=7", "actor.num_envs=4"])
+    # groups that do not divide the envs: an error about env_groups (the file's 3), naming both numbers
+    pong = DEFAULT_CONFIG.parent / "pong_impala.yaml"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(pong))}: actor.env_groups: must be >= 1 and divide actor.num_envs \(16\); got 3$"):
+        load_config(pong, ["actor.num_envs=16"])
     assert load_config(DEFAULT_CONFIG, ["learner.trajectory_bind=''"]).learner.trajectory_bind == ""  # empty: derived, as before
     bad = tmp_path / "bad.yaml"
     bad.write_text("run:\n  max_seconds: -1\n")

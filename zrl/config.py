@@ -300,7 +300,8 @@ class ActorConfig:
         _check(self.int8_torso in (True, False, "auto"), "actor.int8_torso", "must be true, false or auto")
         _check(self.precision in ("fp32", "bf16", "auto"), "actor.precision", "must be fp32, bf16 or auto")
         _check(self.int8_first_conv in (True, False, "auto"), "actor.int8_first_conv", "must be true, false or auto")
-        _check(self.env_groups >= 1 and self.num_envs % self.env_groups == 0, "actor.env_groups", "must be >= 1 and divide actor.num_envs")
+        _check(self.env_groups >= 1 and self.num_envs % self.env_groups == 0, "actor.env_groups",
+               f"must be >= 1 and divide actor.num_envs ({self.num_envs}); got {self.env_groups}")
         _check(self.num_envs >= 1, "actor.num_envs", "must be >= 1")
         _check(self.unroll_length >= 1, "actor.unroll_length", "must be >= 1")
         _check(self.send_hwm >= 1, "actor.send_hwm", "must be >= 1")
