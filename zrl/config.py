@@ -291,7 +291,8 @@ class ActorConfig:
     log mu(a|x) is the acting model's, so V-trace corrects for the difference.
     auto: where int8_first_conv's auto would hold. On 2 cores with Pong, the torso on
     8 frames ~265 -> ~195 us (bf16 -> int8, AVX-512 VNNI) and ~1,000 -> ~600 us
-    (fp32 -> int8, AVX2 only), at ~0.8 ms per weights update received. A CNN it
+    (fp32 -> int8, AVX2 only), at ~0.8 ms (AVX-512 VNNI) to ~3.3 ms (AVX2 only)
+    per weights update received. A CNN it
     does not fit (the deep ResNet) gets int8_first_conv instead; true where the CPU
     or PyTorch has no int8 convolution is an error."""
 

@@ -111,6 +111,18 @@ def int8_weight_max() -> int:
     return 127 if int8_dot_products() else 63
 
 
+def quantize_conv_weight(conv: nn.Conv2d, whose: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A conv's weights in int8 per output channel: (round(W / s) in +-int8_weight_max(), the
+    scales s = max|W| / int8_weight_max()). Raises ValueError, naming `whose` weights, if any
+    is not finite."""
+    w = conv.weight.detach().float()
+    if not torch.isfinite(w).all():
+        raise ValueError(f"{whose} weights are not finite (the learner diverged?): cannot act")
+    top = int8_weight_max()
+    scales = (w.abs().amax(dim=(1, 2, 3)) / top).clamp_min(1e-12)
+    return torch.round(w / scales[:, None, None, None]).clamp_(-top, top).to(torch.int8), scales
+
+
 def _int8_conv_probe() -> bool:
     """Runs one small int8 conv at full scale (pixels 255, weights at int8_weight_max: products
     that would saturate int16 pairs with weights of 127, as oneDNN's pre-VNNI int8 kernels do)
@@ -185,12 +197,7 @@ class Int8FirstConv:
         return Int8FirstConv(copy.deepcopy(self.conv, memo), self.relu)
 
     def _quantize(self) -> None:
-        w = self.conv.weight.detach().float()
-        if not torch.isfinite(w).all():
-            raise ValueError("the first conv's weights are not finite (the learner diverged?): cannot act")
-        top = int8_weight_max()
-        scales = (w.abs().amax(dim=(1, 2, 3)) / top).clamp_min(1e-12)
-        q = torch.round(w / scales[:, None, None, None]).clamp_(-top, top).to(torch.int8)
+        q, scales = quantize_conv_weight(self.conv, "the first conv's")
         self._packed = torch.ops.onednn.qconv_prepack(q, scales, 1.0 / 255.0, 0, *self._geometry, None)
         self._scales = scales
         self._source = self.conv.weight.detach().clone()
@@ -293,12 +300,7 @@ class Int8Torso:
     def _quantize(self) -> None:
         self._packed, self._w_scales = [], []
         for conv, geometry in zip(self.convs, self._geometry):
-            w = conv.weight.detach().float()
-            if not torch.isfinite(w).all():
-                raise ValueError("the CNN's weights are not finite (the learner diverged?): cannot act")
-            top = int8_weight_max()
-            scales = (w.abs().amax(dim=(1, 2, 3)) / top).clamp_min(1e-12)
-            q = torch.round(w / scales[:, None, None, None]).clamp_(-top, top).to(torch.int8)
+            q, scales = quantize_conv_weight(conv, "the CNN's")
             # The input scale given here is not baked in: each call passes its own.
             self._packed.append(torch.ops.onednn.qconv_prepack(q, scales, 1.0, 0, *geometry, None))
             self._w_scales.append(scales)
