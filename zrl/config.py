@@ -260,6 +260,14 @@ class ActorConfig:
     """Split the K envs into this many groups stepped in turn, so the policy runs for
     one group while another steps (double-buffered sampling; pays off when the envs
     step in their own threads, as ale_vector's do). Chunks are then K / env_groups wide."""
+    env_batching: str = "groups"
+    """groups or first_ready: how the policy's batches of K / env_groups envs are made.
+    groups: the fixed groups of actor.env_groups, stepped in turn (any env backend).
+    first_ready: whichever K / env_groups envs finished their step first (ale_py's
+    asynchronous AtariVectorEnv, env.backend ale_vector only), so the emulator threads
+    never wait for the slowest env of a group while the policy runs; chunks are still
+    the fixed groups' (zrl.actors.streams). On 2 cores with Pong (24 envs, batches of
+    8) the emulator threads idle ~0.02 cores against ~0.2 for 3 fixed groups."""
     backpressure: str = "block"
     """When the learner cannot take more data: block (stop stepping until it can) or
     drop (keep stepping, drop the chunk, count it). Either way memory stays flat."""
@@ -289,15 +297,18 @@ class ActorConfig:
     (on every weights update and every 128 calls; see zrl.models.cnn.Int8Torso),
     where int8_first_conv quantizes only the first conv's weights. The recorded
     log mu(a|x) is the acting model's, so V-trace corrects for the difference.
-    auto: where int8_first_conv's auto would hold. On 2 cores with Pong, the torso on
-    8 frames ~265 -> ~195 us (bf16 -> int8, AVX-512 VNNI) and ~1,000 -> ~600 us
-    (fp32 -> int8, AVX2 only), at ~0.8 ms (AVX-512 VNNI) to ~3.3 ms (AVX2 only)
-    per weights update received. A CNN it
+    auto: where int8_first_conv's auto would hold. On CPUs with AVX2 but no int8 dot
+    products the layers run in zrl's own AVX2 kernel (`_core.int8_layer`), elsewhere in
+    oneDNN's. On 2 cores with Pong, the torso on 8 frames ~265 -> ~195 us (bf16 -> int8,
+    AVX-512 VNNI, oneDNN) and ~1,000 -> ~350 us (fp32 -> int8, AVX2 only: zrl's kernel;
+    oneDNN's int8 took ~600), at ~0.8 ms (AVX-512 VNNI) to ~4 ms (AVX2 only) per weights
+    update received. A CNN it
     does not fit (the deep ResNet) gets int8_first_conv instead; true where the CPU
     or PyTorch has no int8 convolution is an error."""
 
     def __post_init__(self):
         _check(self.backpressure in ("block", "drop"), "actor.backpressure", "must be block or drop")
+        _check(self.env_batching in ("groups", "first_ready"), "actor.env_batching", f"must be groups or first_ready; got {self.env_batching!r}")
         _check(self.int8_torso in (True, False, "auto"), "actor.int8_torso", "must be true, false or auto")
         _check(self.precision in ("fp32", "bf16", "auto"), "actor.precision", "must be fp32, bf16 or auto")
         _check(self.int8_first_conv in (True, False, "auto"), "actor.int8_first_conv", "must be true, false or auto")

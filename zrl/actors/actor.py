@@ -28,7 +28,8 @@ import torch
 import zmq
 
 from zrl import spaces, transport, wire
-from zrl.config import Config
+from zrl.actors.streams import ReadyStreams
+from zrl.config import Config, ConfigError
 from zrl.envs import make_vector_env
 from zrl.learner import algorithms
 from zrl.learner.algorithms.base import ActorAlgo, NullRecorder, Sender, resolve_precision
@@ -359,8 +360,12 @@ class Actor:
         seed = self.seed * 10_000 + (5_000 if self.eval_mode else 0) + self.index * K
         torch.manual_seed(seed)
         envs = []
+        ready = cfg.actor.env_batching == "first_ready" and G > 1  # (one group: the same as groups)
         try:
-            envs = [make_vector_env(cfg.env, width, seed + g * width) for g in range(G)]
+            if ready:
+                envs = [make_ready_env(cfg, K, width, seed)]
+            else:
+                envs = [make_vector_env(cfg.env, width, seed + g * width) for g in range(G)]
             obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
             algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
             self.model = algo.build_model()
@@ -389,7 +394,11 @@ class Actor:
                 r.policy_version = self.policy_version
             what = "evaluating greedily" if self.eval_mode else "acting"
             groups = f" in {G} groups" if G > 1 else ""
+            if ready:
+                groups = f", acting on the first {width} ready, chunks of {G} fixed groups"
             self._say(f"connected to {self.learner}: {K} x {cfg.env.id}{groups}, {what} ({precision}), policy version {self.policy_version}")
+            if ready:
+                return self._loop_ready(envs[0], ReadyStreams(policy, self.recorders, width), sender)
             return self._loop(envs, policy, sender)
         except LearnerFinished as e:
             self._say(f"learner finished ({e}); exiting")
@@ -414,21 +423,12 @@ class Actor:
         """
         G = len(envs)
         width = envs[0].num_envs
-        ret_name, len_name = ("eval_return", "eval_length") if self.eval_mode else ("episode_return", "episode_length")
-        drop = self.config.actor.backpressure == "drop"
-        bp_names = (f"actor{self.index}/blocked_s", f"actor{self.index}/dropped_chunks")
-        stats_every = self.config.actor.stats_interval_s
+        stats = _EpisodeStats(self, sender, G * width)
         streams = [ActorAlgo(policy, r) for r in self.recorders]  # policy state + recorder per group
         for env, stream in zip(envs, streams):
             obs = env.reset()
             stream.begin(obs)
             env.step_async(stream.act(obs))
-        ep_ret = np.zeros((G, width), np.float64)
-        ep_len = np.zeros((G, width), np.int64)
-        done_ret: list[float] = []
-        done_len: list[float] = []
-        last_stats = time.monotonic()
-
         g = 0
         while not self.stop.is_set():
             self.link.poll_weights()
@@ -436,25 +436,87 @@ class Actor:
             frames = streams[g].observe(step)  # chunks that found the queue full
             envs[g].step_async(streams[g].act(step.obs))
             for frame in frames:
-                self.link.send(frame, drop=drop)
+                self.link.send(frame, drop=stats.drop)
             self.env_steps += width
-            ep_ret[g] += step.reward
-            ep_len[g] += 1
-            done = step.terminated | step.truncated
-            if done.any():
-                for k in np.flatnonzero(done):
-                    done_ret.append(float(ep_ret[g, k]))
-                    done_len.append(float(ep_len[g, k]))
-                ep_ret[g, done] = 0.0
-                ep_len[g, done] = 0
-            now = time.monotonic()
-            if done_ret and now - last_stats >= stats_every:
-                stats = {ret_name: np.array(done_ret), len_name: np.array(done_len),
-                         bp_names[0]: np.array([self.link.blocked_s]), bp_names[1]: np.array([float(self.link.dropped)])}
-                self.link.send(sender.encode(wire.Kind.STATS, stats, self.policy_version), drop=drop)
-                done_ret, done_len = [], []
-                last_stats = now
+            stats.add(slice(g * width, (g + 1) * width), step.reward, step.terminated | step.truncated)
             g = (g + 1) % G
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps  # a step still in flight is abandoned: close() stops the env
+
+    def _loop_ready(self, env, streams: ReadyStreams, sender: Sender) -> int:
+        """actor.env_batching first_ready: acts on whichever batch of envs finished first.
+
+        The same loop as `_loop` with one env whose batches are the first W envs
+        to finish (ale_py's asynchronous mode); `ReadyStreams` files their steps
+        under the fixed groups' recorders. Rows that are an env's first
+        observation (after the reset) are acted on but are no step.
+        """
+        stats = _EpisodeStats(self, sender, streams.num_envs)
+        ids, obs = env.reset_batch()
+        streams.begin(ids, obs)
+        env.step_async(streams.act(ids, obs))
+        while not self.stop.is_set():
+            self.link.poll_weights()
+            step = env.step_wait()
+            frames, stepped = streams.observe(step)
+            env.step_async(streams.act(step.env_ids, step.obs))
+            for frame in frames:
+                self.link.send(frame, drop=stats.drop)
+            done = step.terminated | step.truncated
+            if stepped.all():
+                stats.add(step.env_ids, step.reward, done)
+            else:  # some rows were first observations
+                stats.add(step.env_ids[stepped], step.reward[stepped], done[stepped])
+            self.env_steps += int(stepped.sum())
+            if self.max_steps is not None and self.env_steps >= self.max_steps:
+                break
+        return self.env_steps
+
+
+class _EpisodeStats:
+    """An actor's running episode returns and lengths per env; finished episodes go to the
+    learner as a STATS message at most every actor.stats_interval_s."""
+
+    def __init__(self, actor: Actor, sender: Sender, num_envs: int):
+        self.actor = actor
+        self.sender = sender
+        self.names = ("eval_return", "eval_length") if actor.eval_mode else ("episode_return", "episode_length")
+        self.drop = actor.config.actor.backpressure == "drop"
+        self.bp_names = (f"actor{actor.index}/blocked_s", f"actor{actor.index}/dropped_chunks")
+        self.every = actor.config.actor.stats_interval_s
+        self.ret = np.zeros(num_envs, np.float64)
+        self.len = np.zeros(num_envs, np.int64)
+        self.done_ret: list[float] = []
+        self.done_len: list[float] = []
+        self.last = time.monotonic()
+
+    def add(self, envs, reward: np.ndarray, done: np.ndarray) -> None:
+        """One step of `envs` (a slice or an index array): its rewards and episode ends."""
+        self.ret[envs] += reward
+        self.len[envs] += 1
+        if done.any():
+            ended = np.arange(len(self.ret))[envs][done]
+            self.done_ret += self.ret[ended].tolist()
+            self.done_len += self.len[ended].astype(np.float64).tolist()
+            self.ret[ended] = 0.0
+            self.len[ended] = 0
+        now = time.monotonic()
+        if self.done_ret and now - self.last >= self.every:
+            link = self.actor.link
+            stats = {self.names[0]: np.array(self.done_ret), self.names[1]: np.array(self.done_len),
+                     self.bp_names[0]: np.array([link.blocked_s]), self.bp_names[1]: np.array([float(link.dropped)])}
+            link.send(self.sender.encode(wire.Kind.STATS, stats, self.actor.policy_version), drop=self.drop)
+            self.done_ret, self.done_len = [], []
+            self.last = now
+
+
+def make_ready_env(cfg: Config, num_envs: int, width: int, seed: int):
+    """actor.env_batching first_ready's env: the K envs in one ale_py AtariVectorEnv that returns
+    batches of the first `width` to finish. ConfigError where the env is not ale_vector's."""
+    from zrl.envs.atari import AleVectorEnv, uses_ale_vector
+
+    if not uses_ale_vector(cfg.env):
+        raise ConfigError(f"actor.env_batching: first_ready needs ale_py's AtariVectorEnv (an Atari env.id with env.backend "
+                          f"auto or ale_vector), not {cfg.env.id!r} with backend {cfg.env.backend}; use groups")
+    return AleVectorEnv(cfg.env, num_envs, seed, batch_size=width)

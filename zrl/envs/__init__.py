@@ -24,7 +24,9 @@ class Step:
     reward: np.ndarray  # [K] float32
     terminated: np.ndarray  # [K] bool
     truncated: np.ndarray  # [K] bool (and not terminated)
-    final_obs: dict[int, np.ndarray]  # env index -> last observation, for truncated envs
+    final_obs: dict[int, np.ndarray]  # row -> last observation, for truncated envs
+    env_ids: np.ndarray | None = None  # [B] int32: the env of each row, where the rows are a batch of
+    # whichever envs finished first (AleVectorEnv with a batch_size); None: row k is env k
 
 
 class VectorEnv:

@@ -27,6 +27,13 @@ can differ by 1). gymnasium's own AtariPreprocessing is not used: it needs
 OpenCV, which zrl does not depend on, and it differs from the C++ env in its
 no-op draws, FIRE reset and life handling.
 
+With a `batch_size` B below K, AleVectorEnv runs AtariVectorEnv in ale_py's
+asynchronous mode: `reset_batch()` and `step_wait()` return the first B envs to
+finish, whichever they are (`Step.env_ids` names them), and `step_async`
+gives actions to the envs of the batch last returned. The emulator threads
+never wait for the slowest env of a batch, so they idle less while the actor's
+policy runs (zrl.actors.streams.ReadyStreams records such batches).
+
 `episodic_life` is DeepMind's: a lost life gives terminated (no bootstrap)
 but the game goes on; only a game over (or the frame limit) resets it.
 (ale_py's own `episodic_life` flag resets the whole game on every lost life,
@@ -147,9 +154,10 @@ def _yield_to_caller(new: set[int], expected: int, nice: int) -> list[int]:
 
 
 class AleVectorEnv(VectorEnv):
-    """K Atari envs in ale_py's C++ AtariVectorEnv (synchronous batches, SameStep autoreset)."""
+    """K Atari envs in ale_py's C++ AtariVectorEnv (SameStep autoreset): synchronous batches of
+    all K, or with 0 < batch_size < K, batches of the first batch_size envs to finish."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int):
+    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int, batch_size: int = 0):
         try:
             from ale_py.vector_env import AtariVectorEnv
         except ImportError as e:
@@ -174,35 +182,55 @@ class AleVectorEnv(VectorEnv):
             use_fire_reset=True,
             thread_affinity_offset=-1,
         )
+        if not 0 <= batch_size <= num_envs:
+            raise ValueError(f"batch_size must be in [0, {num_envs}], got {batch_size}")
+        self.batch_size = batch_size or num_envs
+        if self.batch_size < num_envs:
+            kwargs["batch_size"] = self.batch_size
         kwargs = _with_kwargs(kwargs, cfg, ("full_action_space", "use_fire_reset", "maxpool", "thread_affinity_offset"), "AtariVectorEnv")
         before = _thread_ids()
         try:
             self._vec = AtariVectorEnv(game, num_envs, **kwargs)
         except TypeError as e:
             raise ConfigError(f"env.kwargs: not accepted by ale_py's AtariVectorEnv: {e}") from None
-        self.emulator_threads = _yield_to_caller(_thread_ids() - before, kwargs["num_threads"] or min(num_envs, os.cpu_count() or 1), cfg.thread_nice)
+        self.emulator_threads = _yield_to_caller(_thread_ids() - before, kwargs["num_threads"] or min(self.batch_size, os.cpu_count() or 1), cfg.thread_nice)
         self._ale = self._vec.ale
         self.num_envs = num_envs
         self.seed = int(seed)
         self.observation_spec = spaces.from_gym(self._vec.single_observation_space)
         self.action_spec = spaces.from_gym(self._vec.single_action_space)
-        self._paddle = np.ones(num_envs, np.float32)  # paddle strength; only paddle games read it
+        self._paddle = np.ones(self.batch_size, np.float32)  # paddle strength; only paddle games read it
         self._order = np.arange(num_envs, dtype=np.int32)
 
+    @property
+    def batched(self) -> bool:
+        """Whether batches are the first batch_size envs to finish (ale_py's asynchronous mode)."""
+        return self.batch_size < self.num_envs
+
     def reset(self) -> np.ndarray:
+        if self.batched:
+            raise RuntimeError("an AleVectorEnv with a batch_size starts with reset_batch()")
         # Env k is seeded with seed + k (ALE's RNG and the no-op draws), like GymnasiumVectorEnv.
         obs, _ = self._vec.reset(seed=self.seed)
         return obs
+
+    def reset_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        """Resets every env (env k seeded with seed + k) and returns (env ids [B], obs [B, ...]) of
+        the first batch_size to be ready. The others' first observations come out of later
+        step_waits, as rows of envs that were given no action yet (reward 0, not done)."""
+        obs, info = self._vec.reset(seed=self.seed)
+        return np.asarray(info["env_id"]), obs
 
     def step(self, actions: np.ndarray) -> Step:
         self.step_async(actions)
         return self.step_wait()
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Hands the actions to the emulator threads and returns at once."""
+        """Hands the actions to the emulator threads and returns at once (with a batch_size: to
+        the envs of the batch step_wait or reset_batch returned last, in its row order)."""
         a = np.asarray(actions)
-        if a.shape != (self.num_envs,):
-            raise ValueError(f"expected {self.num_envs} actions, got shape {a.shape}")
+        if a.shape != (self.batch_size,):
+            raise ValueError(f"expected {self.batch_size} actions, got shape {a.shape}")
         if a.dtype != np.int64 and a.dtype != np.int32:
             a = a.astype(np.int64)
         # Straight to the C++ interface: AtariVectorEnv.step only adds asserts and a paddle array per call.
@@ -211,6 +239,9 @@ class AleVectorEnv(VectorEnv):
     def step_wait(self) -> Step:
         obs, reward, terminated, truncated, info = self._ale.recv()
         env_id = info["env_id"]
+        if self.batched:
+            final = {int(i): info["final_obs"][i].copy() for i in np.flatnonzero(truncated)} if truncated.any() else {}
+            return Step(obs, reward.astype(np.float32), terminated, truncated, final, env_ids=np.asarray(env_id))
         if not np.array_equal(env_id, self._order):
             # Synchronous batches come back in env order; guard anyway (it costs a compare).
             perm = np.argsort(env_id)

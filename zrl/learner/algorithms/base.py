@@ -90,6 +90,12 @@ class Recorder:
     def observe(self, step: Step) -> list[Any]:
         raise NotImplementedError
 
+    def obs_buffer(self) -> np.ndarray | None:
+        """Where the next observe() stores step.obs ([K, *obs]), or None if nowhere. A caller
+        that assembles the observations row by row (zrl.actors.streams) writes them there and
+        passes that same array as step.obs, and the recorder skips its copy."""
+        return None
+
 
 class NullRecorder(Recorder):
     """Records nothing: for evaluation, where only episode returns matter."""

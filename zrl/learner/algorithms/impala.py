@@ -115,6 +115,7 @@ class ImpalaRecorder(Recorder):
         self.t = 0
         self.finals: list[tuple[int, np.ndarray]] = []
         self.chunk_version = 0
+        self._next_obs: np.ndarray | None = None  # obs_buffer()'s view, filled by the caller
 
     def begin(self, obs: np.ndarray) -> None:
         self.msg.arrays["obs"][0] = obs
@@ -135,7 +136,9 @@ class ImpalaRecorder(Recorder):
         a["truncated"][t] = step.truncated
         for k in sorted(step.final_obs):  # final_index in increasing order, as the learner checks
             self.finals.append((t * self.K + k, step.final_obs[k]))
-        a["obs"][t + 1] = step.obs
+        if step.obs is not self._next_obs:
+            a["obs"][t + 1] = step.obs
+        self._next_obs = None
         self.t += 1
         if self.t < self.T:
             return []
@@ -146,6 +149,10 @@ class ImpalaRecorder(Recorder):
         self.finals = []
         self.chunk_version = self.policy_version
         return [] if frame is None else [frame]
+
+    def obs_buffer(self) -> np.ndarray:
+        self._next_obs = self.msg.arrays["obs"][self.t + 1]
+        return self._next_obs
 
     def _finish(self):
         m = len(self.finals)
