@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "int8_gemm.h"
 #include "pixels.h"
 #include "quantize.h"
 #include "sample.h"
@@ -124,6 +125,62 @@ bool quantize_rows(const py::handle& src_obj, const py::handle& out_obj, const p
   const auto R = static_cast<std::size_t>(r), K = static_cast<std::size_t>(k);
   return f32 ? zrl::quantize_rows_int8(static_cast<const float*>(s), R, K, o, sc)
              : zrl::quantize_rows_int8_bf16(static_cast<const std::uint16_t*>(s), R, K, o, sc);
+}
+
+// One int8 layer (see int8_gemm.h): x uint8 (any shape, C-contiguous), base int64 [P], w int8
+// [J, OC, 4], offs int32 [J], scale and bias float32 [OC], out uint8 or float32 [P, OC]. Every
+// run base[p] + offs[j] .. + 4 must lie inside x (checked). portable: the plain loop, not AVX2.
+void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::handle& w_obj, const py::handle& offs_obj,
+                const py::handle& scale_obj, const py::handle& bias_obj, float inv_out_scale, int qmax,
+                const py::handle& out_obj, bool portable) {
+  auto arr = [](const py::handle& h, const char* name) {
+    if (!py::isinstance<py::array>(h)) throw py::value_error(std::string("int8_layer: ") + name + " must be a numpy array");
+    auto a = py::reinterpret_borrow<py::array>(h);
+    if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string("int8_layer: ") + name + " must be C-contiguous");
+    require_aligned(a, name);
+    return a;
+  };
+  auto x = arr(x_obj, "x"), base = arr(base_obj, "base"), w = arr(w_obj, "w"), offs = arr(offs_obj, "offs");
+  auto scale = arr(scale_obj, "scale"), bias = arr(bias_obj, "bias"), out = arr(out_obj, "out");
+  auto want = [](const py::array& a, const py::dtype& dt, const char* name) {
+    if (!a.dtype().is(dt)) throw py::value_error(std::string("int8_layer: ") + name + " has dtype " + std::string(py::str(a.dtype())));
+  };
+  want(x, py::dtype::of<std::uint8_t>(), "x");
+  want(base, py::dtype::of<std::int64_t>(), "base");
+  want(w, py::dtype::of<std::int8_t>(), "w");
+  want(offs, py::dtype::of<std::int32_t>(), "offs");
+  want(scale, py::dtype::of<float>(), "scale");
+  want(bias, py::dtype::of<float>(), "bias");
+  const bool u8 = out.dtype().is(py::dtype::of<std::uint8_t>());
+  if (!u8 && !out.dtype().is(py::dtype::of<float>())) throw py::value_error("int8_layer: out must be uint8 or float32");
+  if (w.ndim() != 3 || w.shape(2) != 4 || base.ndim() != 1 || offs.ndim() != 1 || offs.shape(0) != w.shape(0))
+    throw py::value_error("int8_layer: expected w [J, OC, 4], base [P] and offs [J]");
+  const py::ssize_t P = base.shape(0), J = w.shape(0), OC = w.shape(1);
+  if (OC % 16 != 0) throw py::value_error("int8_layer: OC must be a multiple of 16, got " + std::to_string(OC));
+  if (scale.ndim() != 1 || scale.shape(0) != OC || bias.ndim() != 1 || bias.shape(0) != OC)
+    throw py::value_error("int8_layer: scale and bias must be [OC]");
+  if (out.ndim() != 2 || out.shape(0) != P || out.shape(1) != OC)
+    throw py::value_error("int8_layer: out must be [" + std::to_string(P) + ", " + std::to_string(OC) + "]");
+  if (!out.writeable()) throw py::value_error("int8_layer: out must be writable");
+  if (u8 && (qmax < 0 || qmax > 255)) throw py::value_error("int8_layer: qmax must be in [0, 255]");
+  const auto* b = static_cast<const std::int64_t*>(base.data());
+  const auto* o = static_cast<const std::int32_t*>(offs.data());
+  if (P > 0 && J > 0) {
+    const auto [bl, bh] = std::minmax_element(b, b + P);
+    const auto [ol, oh] = std::minmax_element(o, o + J);
+    if (*bl + *ol < 0 || *bh + *oh + 4 > static_cast<std::int64_t>(x.size()))
+      throw py::value_error("int8_layer: base + offs reach outside x");
+  }
+  const zrl::Int8Layer layer{static_cast<const std::int8_t*>(w.data()), static_cast<std::size_t>(J), static_cast<std::size_t>(OC), o,
+                             static_cast<const float*>(scale.data()), static_cast<const float*>(bias.data())};
+  const auto* xp = static_cast<const std::uint8_t*>(x.data());
+  auto* out_u8 = u8 ? static_cast<std::uint8_t*>(out.mutable_data()) : nullptr;
+  auto* out_f32 = u8 ? nullptr : static_cast<float*>(out.mutable_data());
+  py::gil_scoped_release release;
+  if (portable)
+    zrl::int8_layer_portable(xp, b, static_cast<std::size_t>(P), layer, inv_out_scale, qmax, out_u8, out_f32);
+  else
+    zrl::int8_layer(xp, b, static_cast<std::size_t>(P), layer, inv_out_scale, qmax, out_u8, out_f32);
 }
 
 // Categorical draws from logits [B, n] float32 with uniforms u [B] float64: (actions int64 [B],
@@ -961,6 +1018,15 @@ PYBIND11_MODULE(_core, m) {
         "Weights src [R, K] float32 (or int16/uint16 holding bfloat16 bits) -> out int8 [R, K] "
         "and scales float32 [R], per row: scale = max(max|row| / 127, 1e-12), "
         "out = clamp(round-half-even(src / scale), -127, 127). Returns False if a weight is not finite. Releases the GIL.");
+
+  m.def("int8_layer", &int8_layer, py::arg("x"), py::arg("base"), py::arg("w"), py::arg("offs"), py::arg("scale"),
+        py::arg("bias"), py::arg("inv_out_scale"), py::arg("qmax"), py::arg("out"), py::arg("portable") = false,
+        "One int8 layer of an actor's policy (a convolution without padding, or an FC): for p < P and oc < OC, "
+        "acc = sum over j, q < 4 of x[base[p] + offs[j] + q] * w[j, oc, q] (uint8 x int8), y = acc * scale[oc] + bias[oc]; "
+        "out uint8: clamp(round-half-even(y * inv_out_scale), 0, qmax); out float32: max(y, 0). AVX2 where the CPU has it "
+        "(pairs of products summed in saturating int16: keep |w| <= 63 for x up to 255); portable=True: the plain loop. "
+        "Releases the GIL.");
+  m.def("int8_layer_avx2", &zrl::int8_layer_avx2, "Whether int8_layer runs its AVX2 kernel on this CPU.");
 
   m.def("sample_categorical", &sample_categorical, py::arg("logits"), py::arg("u"),
         "Draws one action per row of logits [B, n] float32 (softmax probabilities, inverse CDF at the "

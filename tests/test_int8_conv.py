@@ -214,8 +214,10 @@ def test_quantize_rows_is_torchs_per_row_rounding():
 @needs_int8
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape,n", [((4, 84, 84), 8), ((4, 84, 84), 1), ((3, 36, 36), 5), ((1, 45, 37), 3)])
-@pytest.mark.parametrize("int_mm", [True, False])  # the FC as torch._int_mm (VNNI CPUs) or oneDNN's int8 linear
-def test_int8_torso_matches_the_float_torso(dtype, shape, n, int_mm):
+# The layers as zrl's own kernel (AVX2 CPUs without int8 dot products), or oneDNN's convolutions
+# with the FC as torch._int_mm (VNNI CPUs) or oneDNN's int8 linear.
+@pytest.mark.parametrize("kernels", ["native", "int_mm", "onednn"])
+def test_int8_torso_matches_the_float_torso(dtype, shape, n, kernels, monkeypatch):
     torch.manual_seed(1)
     model = cnn.ImpalaShallow(shape).eval()
     x = torch.from_numpy(np.random.default_rng(2).integers(0, 256, (n, *shape), dtype=np.uint8))
@@ -223,14 +225,48 @@ def test_int8_torso_matches_the_float_torso(dtype, shape, n, int_mm):
         want = model(x)
     model.to(dtype)
     assert cnn.Int8Torso.fits(model)
+    if kernels == "native":
+        monkeypatch.setattr(cnn, "int8_weight_max", lambda: 63)  # the range zrl's kernel takes (as on AVX2 CPUs)
     model.int8_torso = cnn.Int8Torso(model)
-    model.int8_torso._int_mm = int_mm  # before its first call, which quantizes for that FC
+    # Before its first call, which quantizes for those kernels.
+    model.int8_torso._native = kernels == "native"
+    model.int8_torso._int_mm = kernels == "int_mm"
     with torch.inference_mode():
         got = model(x)
     assert got.dtype == dtype and got.shape == want.shape and (got >= 0).all()
     # Weights per channel and activations per layer in 8 bits: ~2% of the largest feature.
     err = (got.float() - want).abs().max().item()
     assert 0 < err <= 0.05 * want.abs().max().item(), err
+
+
+def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
+    # Pong's first conv (8x8 stride 4 on 4 x 84 x 84 pixels) through _core.int8_layer as Int8Torso
+    # lays it out, in float (the exact integer sums, then scale and bias) against PyTorch's conv.
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    q = torch.from_numpy(rng.integers(-63, 64, (16, 4, 8, 8), dtype=np.int8))
+    packed = q.reshape(16, 4, 8, 2, 4).permute(1, 2, 3, 0, 4).reshape(-1, 16, 4).contiguous().numpy()
+    ic, ky, kx = np.meshgrid(np.arange(4), np.arange(8), np.arange(0, 8, 4), indexing="ij")
+    offs = (ic * 84 * 84 + ky * 84 + kx).ravel().astype(np.int32)
+    n, oy, ox = np.meshgrid(np.arange(3), np.arange(20), np.arange(20), indexing="ij")
+    base = (n * 4 * 84 * 84 + oy * 4 * 84 + ox * 4).ravel().astype(np.int64)
+    scale = np.full(16, 0.5, np.float32)
+    bias = np.linspace(-3, 3, 16).astype(np.float32)
+    want = F.conv2d(torch.from_numpy(x).double(), q.double(), stride=4).permute(0, 2, 3, 1).reshape(-1, 16)
+    want = (want * 0.5 + torch.from_numpy(bias).double()).clamp_min(0)
+    for portable in (False, True):
+        out = np.empty((len(base), 16), np.float32)
+        _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, out, portable=portable)
+        np.testing.assert_allclose(out, want.numpy(), rtol=1e-6, atol=1e-5)
+        u8 = np.empty((len(base), 16), np.uint8)
+        _core.int8_layer(x, base, packed, offs, scale, bias, 1 / 64, 255, u8, portable=portable)
+        np.testing.assert_array_equal(u8, np.clip(np.rint(out / 64), 0, 255).astype(np.uint8))
+    with pytest.raises(ValueError, match="reach outside x"):
+        _core.int8_layer(x, base + 1, packed, offs, scale, bias, 1.0, 0, out)
+    with pytest.raises(ValueError, match="out must be"):
+        _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, np.empty((len(base), 32), np.float32))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        _core.int8_layer(x, base, packed[:, :8].copy(), offs, scale[:8].copy(), bias[:8].copy(), 1.0, 0, np.empty((len(base), 8), np.float32))
 
 
 @needs_int8

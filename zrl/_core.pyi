@@ -7,6 +7,16 @@ import numpy.typing as npt
 def pixels_to_channels_last(src: npt.NDArray[np.uint8], out: npt.NDArray[Any]) -> None:
     """uint8 [N, C, H, W] -> out [N, H, W, C], cast to out's dtype (float32, uint8, or int16/uint16 receiving bfloat16 bits)."""
 
+def int8_layer(x: npt.NDArray[np.uint8], base: npt.NDArray[np.int64], w: npt.NDArray[np.int8], offs: npt.NDArray[np.int32],
+               scale: npt.NDArray[np.float32], bias: npt.NDArray[np.float32], inv_out_scale: float, qmax: int,
+               out: npt.NDArray[Any], portable: bool = False) -> None:
+    """One int8 layer (a convolution without padding, or an FC) over P positions: acc = sum over j, q of
+    x[base[p] + offs[j] + q] * w[j, oc, q]; y = acc * scale + bias; out uint8 [P, OC]: clamp(round(y * inv_out_scale),
+    0, qmax), out float32 [P, OC]: max(y, 0). AVX2 where the CPU has it; portable=True: the plain loop."""
+
+def int8_layer_avx2() -> bool:
+    """Whether int8_layer runs its AVX2 kernel on this CPU."""
+
 def quantize_rows(src: npt.NDArray[Any], out: npt.NDArray[np.int8], scales: npt.NDArray[np.float32]) -> bool:
     """Weights [R, K] float32 (or int16/uint16 holding bfloat16 bits) -> out int8 [R, K] and scales [R],
     per row: round-half-even(w / scale) with scale = max(max|w| / 127, 1e-12). False if a weight is not finite."""

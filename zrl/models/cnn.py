@@ -30,13 +30,15 @@ the shallow CNN acts in int8 end to end (`Int8Torso`): act() on 8 frames ~265 ->
 ~195 us. Both run on any x86 CPU with AVX2 or newer; without int8 dot products
 (VNNI, AMX) the conv weights take 63 levels a side, not 127 (`int8_weight_max`),
 and on such a CPU (AMD EPYC, AVX2 only) the shallow torso on 8 frames takes
-~600 us in int8 against ~1,000 in fp32 (bf16 is emulated there: ~6,500).
+~600 us in oneDNN's int8 against ~1,000 in fp32 (bf16 is emulated there: ~6,500),
+and ~350 us in zrl's own AVX2 kernel, which Int8Torso uses there (`native_int8_layers`).
 """
 from __future__ import annotations
 
 import copy
 import math
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -109,6 +111,15 @@ def int8_weight_max() -> int:
     the conv be wrong; PyTorch's x86 int8 backend narrows the range the same way, as its
     reduce_range). Those weights are rounded to 1/126 of each channel's largest instead of 1/254."""
     return 127 if int8_dot_products() else 63
+
+
+def native_int8_layers() -> bool:
+    """Whether Int8Torso runs its layers with zrl's own AVX2 kernel (`_core.int8_layer`) rather
+    than oneDNN's: on x86 CPUs with AVX2 but no int8 dot products (AMD Zen 1-3, Intel before Ice
+    Lake), where it is about twice as fast on the shallow CNN (8 Pong frames on an AMD EPYC: the
+    torso ~340-370 us against ~600-780, the convs 160 + 62 us and the FC 62). With int8 dot
+    products (VNNI, AMX) oneDNN's kernels multiply 4x as many pairs per instruction: kept there."""
+    return _core.int8_layer_avx2() and not int8_dot_products()
 
 
 def quantize_conv_weight(conv: nn.Conv2d, whose: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,9 +247,13 @@ class Int8Torso:
     The features' error is ~2% of the largest (the int8 first conv with bf16:
     ~1.5%); on a partly trained Pong model the policy's KL from the fp32 one was
     at most 2e-5 over 240 frames. On an AVX2-only CPU (AMD EPYC, conv weights at
-    63 levels a side, fp32 model) the torso on 8 frames takes ~600 us against ~1,000
-    in fp32 (convs ~420 us against ~670, the FC ~180 against ~220), the features'
-    error ~2.4%. The recorded log mu(a|x) is this model's, so
+    63 levels a side, fp32 model) oneDNN's int8 torso on 8 frames takes ~600 us against
+    ~1,000 in fp32 (convs ~420 us against ~670, the FC ~180 against ~220), the features'
+    error ~2.4%. There every layer runs in zrl's own kernel instead (`native_int8_layers`,
+    `_core.int8_layer`: 4 positions x 16 outputs per tile, vpmaddubsw on runs of 4 input
+    bytes read in place, so the pixels need no relayout and no layer an im2col): ~350 us
+    (the convs 160 + 62, the FC 62), the same arithmetic (the same quantized weights,
+    scales and rounding; its calibration passes run in it too). The recorded log mu(a|x) is this model's, so
     V-trace corrects for the difference as for any behaviour policy. Acting only;
     the learner never uses it.
     """
@@ -287,6 +302,113 @@ class Int8Torso:
         self._fc_scales: torch.Tensor | None = None  # float32 [hidden]: weight scale x input scale
         self._fc_bias: torch.Tensor | None = None
         self._calls = 0
+        # zrl's own AVX2 kernel (_core.int8_layer) for every layer, where the CPU has no int8 dot
+        # products (oneDNN's pre-VNNI kernels are slower on these shapes) and the layers fit it.
+        self._native = native_int8_layers() and self._native_fits()
+        self._plan: dict | None = None  # native: per-layer offsets, packed weights and outputs' shapes
+        self._bases: dict[int, list[np.ndarray]] = {}  # native: per batch size, each layer's base offsets
+
+    def _native_fits(self) -> bool:
+        """Whether _core.int8_layer can run every layer: convs without padding or dilation whose
+        outputs are a multiple of 16 wide and whose inputs come in runs of 4 bytes (the first
+        conv's kernel width on NCHW pixels, the later convs' input channels in NHWC), and an FC
+        of a multiple of 16 outputs on a multiple of 4 inputs."""
+        first, *rest = self.convs
+        ok = first.kernel_size[1] % 4 == 0 and all(c.in_channels % 4 == 0 for c in rest)
+        ok = ok and all(tuple(c.padding) == (0, 0) and tuple(c.dilation) == (1, 1) and c.out_channels % 16 == 0 for c in self.convs)
+        return ok and self.fc.out_features % 16 == 0 and self.fc.in_features % 4 == 0
+
+    def _make_plan(self, c: int, h: int, w: int) -> None:
+        """Native: each conv's input runs (offs) and output shape, from the pixels' [C, H, W]."""
+        plan = []
+        for i, conv in enumerate(self.convs):
+            kh, kw = conv.kernel_size
+            sh, sw = conv.stride
+            oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+            if i == 0:  # NCHW pixels: runs of 4 along the kernel's width
+                ic, ky, kx = np.meshgrid(np.arange(c), np.arange(kh), np.arange(0, kw, 4), indexing="ij")
+                offs = (ic * h * w + ky * w + kx).ravel()
+            else:  # NHWC activations: runs of 4 input channels
+                ky, kx, ic = np.meshgrid(np.arange(kh), np.arange(kw), np.arange(0, c, 4), indexing="ij")
+                offs = ((ky * w + kx) * c + ic).ravel()
+            plan.append({"in": (c, h, w), "out": (conv.out_channels, oh, ow), "stride": (sh, sw), "offs": offs.astype(np.int32)})
+            c, h, w = conv.out_channels, oh, ow
+        k = c * h * w
+        plan.append({"in": (k,), "offs": np.arange(0, k, 4, dtype=np.int32)})
+        self._plan = {"layers": plan}
+        self._last_shape = (c, h, w)
+
+    def _native_bases(self, n: int) -> list[np.ndarray]:
+        """Native: each layer's base offsets for a batch of n (cached per n)."""
+        bases = self._bases.get(n)
+        if bases is None:
+            bases = []
+            for i, layer in enumerate(self._plan["layers"][:-1]):
+                c, h, w = layer["in"]
+                _, oh, ow = layer["out"]
+                sh, sw = layer["stride"]
+                nn_, oy, ox = np.meshgrid(np.arange(n), np.arange(oh), np.arange(ow), indexing="ij")
+                if i == 0:
+                    b = nn_ * (c * h * w) + oy * sh * w + ox * sw
+                else:
+                    b = ((nn_ * h + oy * sh) * w + ox * sw) * c
+                bases.append(b.ravel().astype(np.int64))
+            (k,) = self._plan["layers"][-1]["in"]
+            bases.append(np.arange(n, dtype=np.int64) * k)
+            self._bases[n] = bases
+        return bases
+
+    def _native_quantize(self) -> None:
+        """Native: the layers' int8 weights packed as _core.int8_layer reads them, [J, OC, 4]."""
+        packed, self._w_scales = [], []
+        for i, conv in enumerate(self.convs):
+            q, scales = quantize_conv_weight(conv, "the CNN's")
+            oc, ic, kh, kw = q.shape
+            if i == 0:  # j over (ic, ky, kx / 4), the 4 bytes along the width
+                w = q.reshape(oc, ic, kh, kw // 4, 4).permute(1, 2, 3, 0, 4)
+            else:  # j over (ky, kx, ic / 4), the 4 bytes along the channels
+                w = q.reshape(oc, ic // 4, 4, kh, kw).permute(3, 4, 1, 0, 2)
+            packed.append(w.reshape(-1, oc, 4).contiguous().numpy())
+            self._w_scales.append(scales)
+        self._packed = packed
+
+    def _native_run(self, x: np.ndarray, calibrate: bool) -> torch.Tensor:
+        """Native: the torso on uint8 pixels [N, C, H, W]; with calibrate, first sets each layer's
+        output scale from a float pass over x (as _calibrate does)."""
+        n = x.shape[0]
+        bases = self._native_bases(n)
+        if calibrate:
+            self._native_calibrate(x, bases)
+        for base, (w, offs, scale, bias, inv, top) in zip(bases, self._native_args):
+            out = np.empty((len(base), len(scale)), np.uint8)
+            _core.int8_layer(x, base, w, offs, scale, bias, inv, top, out)
+            x = out
+        w, offs, scale, bias = self._native_fc
+        y = np.empty((n, len(scale)), np.float32)
+        _core.int8_layer(x.reshape(n, -1), bases[-1], w, offs, scale, bias, 1.0, 0, y)
+        return torch.from_numpy(y).to(self.fc.weight.dtype)
+
+    def _native_calibrate(self, x: np.ndarray, bases: list[np.ndarray]) -> None:
+        """Native: each layer's output scale from a float pass (its largest output x margin maps
+        to the top of its 8-bit range), and the arguments of its int8 pass."""
+        self._x_scales = [1.0 / 255.0]
+        self._native_args = []
+        last = len(self.convs) - 1
+        for i, conv in enumerate(self.convs):
+            w, offs = self._packed[i], self._plan["layers"][i]["offs"]
+            scale = (self._w_scales[i] * self._x_scales[i]).numpy()
+            bias = conv.bias.detach().float().numpy()
+            top = 127 if i == last else 255  # the FC reads 0..127 (pairs of products fit int16)
+            y = np.empty((len(bases[i]), conv.out_channels), np.float32)
+            _core.int8_layer(x, bases[i], w, offs, scale, bias, 1.0, 0, y)
+            s = max(float(y.max()) * self.margin, 1e-6) / top
+            self._x_scales.append(s)
+            self._native_args.append((w, offs, scale, bias, 1.0 / s, top))
+            out = np.empty(y.shape, np.uint8)  # the next layer's input, as the int8 pass makes it
+            _core.int8_layer(x, bases[i], w, offs, scale, bias, 1.0 / s, top, out)
+            x = out
+        self._fc_scales = self._fc_w_scales * self._x_scales[-1]
+        self._native_fc = (self._fc_q, self._plan["layers"][-1]["offs"], self._fc_scales.numpy(), self._fc_bias.numpy())
 
     def _changed(self) -> bool:
         """Whether the weights changed since they were quantized. Two checks, ~4 us: each
@@ -299,7 +421,9 @@ class Int8Torso:
 
     def _quantize(self) -> None:
         self._packed, self._w_scales = [], []
-        for conv, geometry in zip(self.convs, self._geometry):
+        if self._native:
+            self._native_quantize()
+        for conv, geometry in zip(self.convs if not self._native else (), self._geometry):
             q, scales = quantize_conv_weight(conv, "the CNN's")
             # The input scale given here is not baked in: each call passes its own.
             self._packed.append(torch.ops.onednn.qconv_prepack(q, scales, 1.0, 0, *geometry, None))
@@ -315,11 +439,15 @@ class Int8Torso:
             raise ValueError("the CNN's weights are not finite (the learner diverged?): cannot act")
         # The FC reads the last conv's output in channels_last order (h, w, c): its columns are
         # relaid out to match (once per weights update, not once per call).
-        q = q.permute(0, 2, 3, 1).reshape(rows, -1)
-        if self._int_mm:
-            self._fc_q = q.t()  # [K, hidden], the layout torch._int_mm reads fastest
+        if self._native:
+            # [K / 4, hidden, 4], K in channels_last order: runs of 4 channels at each (h, w). One copy.
+            self._fc_q = q.view(rows, c // 4, 4, h, w).permute(3, 4, 1, 0, 2).contiguous().view(-1, rows, 4).numpy()
         else:
-            self._fc_q = torch.ops.onednn.qlinear_prepack(q, None)  # oneDNN's own layout of [hidden, K]
+            q = q.permute(0, 2, 3, 1).reshape(rows, -1)
+            if self._int_mm:
+                self._fc_q = q.t()  # [K, hidden], the layout torch._int_mm reads fastest
+            else:
+                self._fc_q = torch.ops.onednn.qlinear_prepack(q, None)  # oneDNN's own layout of [hidden, K]
         self._fc_w_scales = scales
         self._fc_bias = self.fc.bias.detach().float()
         self._seen = tuple((p.data_ptr(), p._version) for p in self._params)
@@ -340,6 +468,16 @@ class Int8Torso:
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         """uint8 [N, C, H, W] -> the torso's features, in the FC's dtype."""
+        if self._native:
+            if self._plan is None:
+                self._make_plan(*obs.shape[1:])
+            fresh = self._seen is None or self._changed()
+            if fresh:
+                self._quantize()
+                self._calls = 0
+            calibrate = fresh or self._calls % self.recalibrate_every == 0
+            self._calls += 1
+            return self._native_run(obs.contiguous().numpy(), calibrate)
         x = conv_input(obs, torch.uint8)
         if self._seen is None:
             h, w = x.shape[2:]

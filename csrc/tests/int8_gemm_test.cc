@@ -1,0 +1,151 @@
+// GoogleTest of the int8 layer kernel (int8_gemm.h): a convolution and an FC against their
+// definitions in plain integer loops, and the AVX2 kernel against the portable one.
+#include "int8_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace {
+
+struct Case {
+  std::vector<std::uint8_t> x;
+  std::vector<std::int64_t> base;
+  std::vector<std::int32_t> offs;
+  std::vector<std::int8_t> w;  // [J][OC][4]
+  std::vector<float> scale, bias;
+  std::size_t OC = 0;
+  zrl::Int8Layer layer() const { return {w.data(), offs.size(), OC, offs.data(), scale.data(), bias.data()}; }
+};
+
+// An FC on P rows of K bytes: base p * K, runs 4 j; weights and inputs in the range the kernel
+// takes (x <= 127 with |w| <= 127, x <= 255 with |w| <= 63).
+Case fc_case(std::size_t P, std::size_t K, std::size_t OC, int xmax, int wmax, std::mt19937& rng) {
+  Case c;
+  c.OC = OC;
+  std::uniform_int_distribution<int> xd(0, xmax), wd(-wmax, wmax);
+  std::uniform_real_distribution<float> sd(0.001f, 0.01f), bd(-1.0f, 1.0f);
+  c.x.resize(P * K);
+  for (auto& v : c.x) v = static_cast<std::uint8_t>(xd(rng));
+  for (std::size_t p = 0; p < P; ++p) c.base.push_back(static_cast<std::int64_t>(p * K));
+  for (std::size_t j = 0; j < K / 4; ++j) c.offs.push_back(static_cast<std::int32_t>(4 * j));
+  c.w.resize(K * OC);
+  for (auto& v : c.w) v = static_cast<std::int8_t>(wd(rng));
+  for (std::size_t o = 0; o < OC; ++o) {
+    c.scale.push_back(sd(rng));
+    c.bias.push_back(bd(rng));
+  }
+  return c;
+}
+
+std::int64_t dot(const Case& c, std::size_t p, std::size_t oc) {
+  std::int64_t acc = 0;
+  for (std::size_t j = 0; j < c.offs.size(); ++j)
+    for (std::size_t q = 0; q < 4; ++q)
+      acc += static_cast<std::int64_t>(c.x[c.base[p] + c.offs[j] + q]) * c.w[(j * c.OC + oc) * 4 + q];
+  return acc;
+}
+
+TEST(Int8Layer, FloatOutputsAreTheExactSumsScaledWithTheReLU) {
+  std::mt19937 rng(1);
+  for (int xmax : {127, 255}) {
+    Case c = fc_case(7, 96, 32, xmax, xmax == 255 ? 63 : 127, rng);  // 7 rows: a short last tile
+    for (auto& s : c.scale) s = 1.0f;
+    for (auto& b : c.bias) b = 1 << 20;  // positive, and every sum exact in float32
+    std::vector<float> out(7 * 32), portable(7 * 32);
+    ASSERT_TRUE(zrl::int8_layer(c.x.data(), c.base.data(), 7, c.layer(), 1.0f, 0, nullptr, out.data()));
+    ASSERT_TRUE(zrl::int8_layer_portable(c.x.data(), c.base.data(), 7, c.layer(), 1.0f, 0, nullptr, portable.data()));
+    for (std::size_t p = 0; p < 7; ++p)
+      for (std::size_t o = 0; o < 32; ++o) {
+        ASSERT_EQ(out[p * 32 + o], static_cast<float>(dot(c, p, o) + (1 << 20))) << p << " " << o;
+        ASSERT_EQ(portable[p * 32 + o], out[p * 32 + o]);
+      }
+    for (auto& b : c.bias) b = -(1 << 20);  // every output below zero: the ReLU
+    ASSERT_TRUE(zrl::int8_layer(c.x.data(), c.base.data(), 7, c.layer(), 1.0f, 0, nullptr, out.data()));
+    for (float v : out) ASSERT_EQ(v, 0.0f);
+  }
+}
+
+TEST(Int8Layer, Uint8OutputsRoundHalfToEvenAndClampAndAvx2AgreesWithThePortableLoop) {
+  std::mt19937 rng(2);
+  Case c = fc_case(13, 256, 48, 255, 63, rng);
+  std::vector<std::uint8_t> out(13 * 48), portable(13 * 48);
+  const float inv = 0.5f;
+  ASSERT_TRUE(zrl::int8_layer(c.x.data(), c.base.data(), 13, c.layer(), inv, 200, out.data(), nullptr));
+  ASSERT_TRUE(zrl::int8_layer_portable(c.x.data(), c.base.data(), 13, c.layer(), inv, 200, portable.data(), nullptr));
+  int clamped_low = 0, clamped_high = 0;
+  for (std::size_t p = 0; p < 13; ++p)
+    for (std::size_t o = 0; o < 48; ++o) {
+      const float y = std::fma(static_cast<float>(dot(c, p, o)), c.scale[o], c.bias[o]);
+      const float want = std::fmin(std::fmax(std::nearbyint(y * inv), 0.0f), 200.0f);
+      ASSERT_EQ(out[p * 48 + o], static_cast<std::uint8_t>(want)) << p << " " << o << " y " << y;
+      ASSERT_EQ(portable[p * 48 + o], out[p * 48 + o]);
+      clamped_low += want == 0.0f;
+      clamped_high += want == 200.0f;
+    }
+  EXPECT_GT(clamped_low, 0);
+  EXPECT_GT(clamped_high, 0);
+  // Ties go to even: y * inv = 2.5 -> 2 and 3.5 -> 4.
+  Case t = fc_case(1, 4, 16, 0, 0, rng);
+  for (std::size_t o = 0; o < 16; ++o) t.bias[o] = (o % 2 ? 7.0f : 5.0f);
+  std::vector<std::uint8_t> ties(16);
+  ASSERT_TRUE(zrl::int8_layer(t.x.data(), t.base.data(), 1, t.layer(), 0.5f, 255, ties.data(), nullptr));
+  for (std::size_t o = 0; o < 16; ++o) EXPECT_EQ(ties[o], o % 2 ? 4 : 2);
+}
+
+TEST(Int8Layer, AConvolutionOverNchwPixelsIsItsDefinition) {
+  // N=2, C=3, 11x13 pixels, kernel 4x8 stride (2, 3): runs of 4 along the kernel's width.
+  std::mt19937 rng(3);
+  const int N = 2, C = 3, H = 11, W = 13, KH = 4, KW = 8, SH = 2, SW = 3, OC = 16;
+  const int OH = (H - KH) / SH + 1, OW = (W - KW) / SW + 1;
+  std::uniform_int_distribution<int> xd(0, 255), wd(-63, 63);
+  std::vector<std::uint8_t> x(N * C * H * W);
+  for (auto& v : x) v = static_cast<std::uint8_t>(xd(rng));
+  std::vector<int> kernel(OC * C * KH * KW);  // [OC][C][KH][KW]
+  for (auto& v : kernel) v = wd(rng);
+  Case c;
+  c.OC = OC;
+  c.x = x;
+  for (int ic = 0; ic < C; ++ic)
+    for (int ky = 0; ky < KH; ++ky)
+      for (int kx = 0; kx < KW; kx += 4) c.offs.push_back(ic * H * W + ky * W + kx);
+  c.w.resize(c.offs.size() * OC * 4);
+  std::size_t j = 0;
+  for (int ic = 0; ic < C; ++ic)
+    for (int ky = 0; ky < KH; ++ky)
+      for (int kx = 0; kx < KW; kx += 4, ++j)
+        for (int o = 0; o < OC; ++o)
+          for (int q = 0; q < 4; ++q) c.w[(j * OC + o) * 4 + q] = static_cast<std::int8_t>(kernel[((o * C + ic) * KH + ky) * KW + kx + q]);
+  for (int n = 0; n < N; ++n)
+    for (int oy = 0; oy < OH; ++oy)
+      for (int ox = 0; ox < OW; ++ox) c.base.push_back(n * C * H * W + oy * SH * W + ox * SW);
+  c.scale.assign(OC, 1.0f);
+  c.bias.assign(OC, 1 << 21);
+  std::vector<float> out(c.base.size() * OC);
+  ASSERT_TRUE(zrl::int8_layer(c.x.data(), c.base.data(), c.base.size(), c.layer(), 1.0f, 0, nullptr, out.data()));
+  for (int n = 0; n < N; ++n)
+    for (int oy = 0; oy < OH; ++oy)
+      for (int ox = 0; ox < OW; ++ox)
+        for (int o = 0; o < OC; ++o) {
+          std::int64_t acc = 0;
+          for (int ic = 0; ic < C; ++ic)
+            for (int ky = 0; ky < KH; ++ky)
+              for (int kx = 0; kx < KW; ++kx)
+                acc += x[((n * C + ic) * H + oy * SH + ky) * W + ox * SW + kx] * kernel[((o * C + ic) * KH + ky) * KW + kx];
+          ASSERT_EQ(out[((n * OH + oy) * OW + ox) * OC + o], static_cast<float>(acc + (1 << 21)));
+        }
+}
+
+TEST(Int8Layer, RefusesAWidthThatIsNotAMultipleOf16) {
+  std::mt19937 rng(4);
+  Case c = fc_case(2, 8, 16, 10, 10, rng);
+  c.OC = 8;  // as if the weights were [J][8][4]
+  std::vector<float> out(16, -1.0f);
+  EXPECT_FALSE(zrl::int8_layer(c.x.data(), c.base.data(), 2, c.layer(), 1.0f, 0, nullptr, out.data()));
+  for (float v : out) EXPECT_EQ(v, -1.0f);
+}
+
+}  // namespace
