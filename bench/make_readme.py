@@ -109,43 +109,64 @@ wire messages (decode, checks, collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**This table is from an AVX2-only CPU (AMD EPYC, no AVX-512, VNNI or BF16; a
-later session), where Pong actor -> sink stays below the 0.8 target: 0.664
-in the table.** The same code on the AVX-512 machine earlier sessions had
-reached 0.853 (its table is kept below, "pipeline on the AVX-512 machine").
-Why, measured on the AVX2 machine:
-- The emulator costs ~700 µs of CPU per env step (raw 2,500-3,300 steps/s on
-  2 cores, drifting by that much within minutes; 263 µs on the AVX-512
-  machine).
-- The actor's thread costs 160-196 µs per env step (a loop of step_wait,
-  observe, act and step_async timed inside with thread CPU clocks; `/proc`
-  per-thread CPU in a real actor): act() on 8 frames takes 727 µs alone and
-  ~1.1 ms next to the emulator threads. Without int8 dot products the int8
-  torso takes ~600 µs for 8 frames alone (fp32 1,000-1,230; bf16 is emulated
-  there, 6,500), and its FC is oneDNN's int8 linear (see the int8 torso below).
-- The machine idles 0.25-0.3 of its 2 cores in actor -> sink, against
-  0.14-0.17 in the raw env: each group's emulator threads idle in the tail of
-  its synchronous batch (8 envs on 2 threads) unless another group has work
-  queued, and a policy that holds a group longer leaves the others less. A
-  stand-in loop spinning 1.5 ms per batch of 8 instead of acting idles 0.25
-  cores with 2 groups, 0.17 with 3 and 0.13 with 4 (`/proc/stat`, 10 s each).
-- So the Pong config now acts on 24 envs in 3 groups of 8 (it was 16 in 2):
-  in two rounds of the bracketed measurement (3 pairs each), 16 in 2 gave
-  0.622 and 0.633 of raw, 24 in 3 0.680 and 0.700 (32 in 4, one round: 0.673).
-  The AVX-512 machine had leaned the same way within its noise (below).
+**This table is from an AVX2-only CPU (AMD EPYC, no AVX-512, VNNI or BF16;
+11-24, two later sessions): Pong actor -> sink 0.958 of the raw env in the
+table** (target 0.8). The session before it had stopped at 0.664 here, with
+the code that reached 0.853 on the AVX-512 machine (its table is kept below,
+"pipeline on the AVX-512 machine"). On this CPU the emulator costs ~700 µs of
+CPU per env step (263 on the AVX-512 machine) and the raw env drifts between
+2,500 and 3,500 steps/s within minutes, so every ratio below is a median of
+runs bracketed by raw runs (`sink_against_raw`). What was in the way, and
+what moved it:
+- **The policy's CPU.** Without int8 dot products oneDNN's int8 torso took
+  ~600-780 µs on 8 frames (fp32 1,000-1,230; bf16 is emulated there, 6,500);
+  act() on 8 frames 727 µs alone, ~1.1 ms next to the emulator threads; the
+  actor's thread 160-196 µs of CPU per env step. **zrl's own int8 kernel**
+  (`_core.int8_layer`, used by `actor.int8_torso` on CPUs with AVX2 and no
+  VNNI): one loop for both convolutions and the FC, 4 output positions x 16
+  outputs per tile, each run of 4 input bytes (along the first conv's kernel
+  width in the NCHW pixels, along the channels in the later layers' NHWC
+  activations) read in place and broadcast into vpmaddubsw against 16
+  outputs' 4 weights, vpmaddwd by ones into int32 accumulators; no relayout
+  of the pixels and no im2col. The torso on 8 frames ~340-370 µs (first conv
+  160, second 62, FC 62: ~85 billion multiply-adds per second on one core,
+  oneDNN's ~45 for the convs and ~30 for the FC), act() 413 µs alone; the
+  same quantized weights, scales and rounding as oneDNN's path (the tests
+  hold both to the float torso, and the kernel to its definition). A weights
+  update costs the actor ~4 ms (requantizing, repacking, calibrating).
+  Actor -> sink in 2 alternating rounds (3 bracketed pairs each): 0.986 and
+  0.873 with it, 0.789 and 0.831 with oneDNN's int8.
+- **Idle emulator threads.** With fixed groups stepped in turn (24 envs in 3
+  groups of 8, each group's envs on 2 threads) the machine idled 0.25-0.3 of
+  its 2 cores against 0.14-0.17 in the raw env: a group's threads wait in the
+  tail of its synchronous batch unless another group has work queued.
+  Groups helped a little (16 in 2: 0.622 and 0.633 of raw; 24 in 3: 0.680
+  and 0.700; 32 in 4: 0.673). **`actor.env_batching: first_ready`** runs the
+  24 envs in one AtariVectorEnv in ale_py's asynchronous mode: the policy
+  acts on the first 8 to finish, whichever they are, and
+  `zrl.actors.streams.ReadyStreams` files their steps under the fixed
+  groups' recorders, so chunks are what fixed groups give. A stand-in loop
+  spinning 1.3 ms of CPU per batch of 8 instead of acting: 2,610-2,910
+  steps/s idling 0.02-0.03 cores, against 2,230-2,690 idling 0.19-0.23 with
+  3 groups (4 alternating rounds). Actor -> sink (oneDNN's int8 then): 0.771
+  against 0.690 for groups in one bracketed round; 0.76-0.83 in three more.
+  (On the AVX-512 machine this mode had measured slower than two groups with
+  the same stand-in; its actor has not been measured there with
+  first_ready.) The streams' bookkeeping is per env in plain Python (numpy's
+  per-call cost dominated a vectorised version: 115 against 47 µs per batch),
+  and the rows go straight into the recorder's chunk (`Recorder.obs_buffer`).
+- `env.thread_nice` 0 / 5 / 10 / 19 with first_ready (one round each, 5
+  and 10 twice): 0.605 / 0.829 and 0.760 / 0.912 and 0.774 / 0.810; nice 5
+  stays.
 
-With a core of its own for the policy (the row "emulator on 1 core") the
-actor runs at 0.863 of the emulator's speed here (0.971 in a single run of
-the 16-in-2 config, the session before). CartPole's actor -> sink (0.462 in the
-table) is a Python loop on one core against a raw env whose rate drifted from
-46k to 70k steps/s within a minute in a rerun (ratios 0.55-0.66); it has no
-target. What is left on a
-CPU like this: the policy's CPU (a hand-written AVX2 u8 x s8 kernel for the
-convolutions and FC, or fewer µs per frame some other way) and the idle
-tails. ale_py's asynchronous mode (batches of the first 8 envs ready) keeps
-its threads fed, but it measured slower than two groups on the AVX-512
-machine (below), and it sends each batch's actions to the envs of the last
-batch received, so zrl's recorder would need a cursor per env to use it.
+The row "emulator on 1 core" (1.16) pins the emulator threads to one core in
+both columns: with first_ready the actor's one thread never waits for the
+policy, while the raw env's one thread idles while its loop draws random
+actions, so the actor beats it. CartPole's actor -> sink (0.616) is a Python
+loop on one core against a raw env whose rate drifts by tens of percent
+within a minute; it has no target. The learner update ratio for Pong (0.82
+here, 1.02 with the same learner code the session before) moves with the
+machine's noise; the target is at most 1.10.
 
 **On the AVX-512 machine: Pong actor -> sink 0.853 in its table, and
 0.82-0.86 in all 7 runs with the int8 torso below** (11-24, a later session: 6 A/B runs, median 0.83, and

@@ -72,7 +72,7 @@ def raw_env_rate(cfg, seconds: float) -> float:
 
 
 def one_core_overrides(cfg) -> tuple[str, ...] | None:
-    """Config overrides that put every emulator thread of an Atari actor (one per env group) on
+    """Config overrides that put every emulator thread of an Atari actor (one per vector env) on
     one core, the first this process may use, leaving the others to the policy; None where
     there is no second core, or the env is not ale_py's vector env (which pins its threads
     from `thread_affinity_offset`)."""
@@ -297,7 +297,7 @@ def run(opts: BenchOptions) -> BenchResult:
         f"({pairs} sink runs, {pairs + 1} raw runs); each ratio is against the mean of the two raw runs beside it; the table "
         "gives the medians of the rates and of the ratios.",
         "actor -> sink, emulator on 1 core (Pong): the same, with every emulator thread pinned to one core (env.num_threads 1, "
-        "ale_py's thread_affinity_offset) in both columns: the raw env's one thread, and the actor's one per env group. The "
+        "ale_py's thread_affinity_offset) in both columns: the raw env's one thread, and the actor's one (one per env group with actor.env_batching groups). The "
         "actor's policy has the other core to itself, as it would on a machine with cores to spare; on 2 cores the plain "
         "row's policy takes CPU from the emulator.",
         "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
