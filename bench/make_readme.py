@@ -82,7 +82,15 @@ tcp 0.78-0.91, 2 KB 0.87-1.02; the 23 KB ipc row is the one that stays under
 the table): tcp 0.82 / 1.05 / 0.73, ipc 0.92 / 0.91 / 1.30; that run's 23 KB
 ipc row cleared 0.9 and its tcp Atari row fell with raw running fast (9.8k
 msg/s). (2 KB
-was at 0.30-0.42 before the C++ gate.) What remains is Python per message:
+was at 0.30-0.42 before the C++ gate.) A later session (11-24, 21:00-21:20
+UTC, the table below is its last run) found the machine slower for both sides
+(raw tcp 2 KB 355-425k msg/s against 513k in the morning) and every ratio
+lower: over 8 runs tcp 0.68-0.80 / 0.83-1.01 / 0.76-0.86, ipc 0.74-0.95 /
+0.82-0.98 / 0.75-0.87 (2 KB / 23 KB / Atari). Two of those runs were of the
+code before that session's changes, alternating with two of the code after:
+the same spread (2 KB over tcp 0.68 and 0.74 before, 0.68 and 0.76 after), so
+the drop is the machine's, not a change's; but on such a day no row is
+reliably at 0.9. What remains is Python per message:
 the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
 before the cached `Layout.cut`), and the receiver's per-burst poll and
 drain call (~3 us) fall on every message when bursts hold one (the 23 KB
