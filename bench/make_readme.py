@@ -418,6 +418,19 @@ updates) went on from there: -20.4 (minute 1), -17.2 (10), -7.4 (13),
 -4.5 (14), then -2 to -5 until minute 20 (-2.8 at the end, 16.4M frames).
 Pong is not learned in 20 minutes on a CPU learner (a learned game scores
 +18 to +21); give it longer, or a GPU learner."""),
+    ("pong_avx2", """## pong on an AVX2-only CPU (the same run, 11-24, a later session)
+
+The table above is from the AVX-512 machine. On the AVX2-only EPYC (no
+AVX-512, VNNI or BF16) the same 10-minute run, with the actors of that
+session (24 envs acting on the first 8 ready, zrl's int8 kernel), trains at
+6.8k frames/s (1,700 env steps/s): the learner is the bottleneck (fp32
+there: `learner.precision: auto` finds no native bf16; waiting for data 5% of
+its time), at about 40% of the AVX-512 machine's 17k frames/s. In those 10
+minutes the return barely moves (-20.56 in the first minute, -20.23 in the
+tenth). The run got ~6,300 updates (1.01M env steps in batches of 8 x 20);
+the AVX-512 runs above got ~12,000 in their 10 minutes and began to rise
+after 6-8 of them, some 7,000-10,000 updates in. Not a measurement of the
+actors, which deliver 0.96 of the raw env in actor -> sink (pipeline)."""),
     ("soak", """## soak: resident memory over a long run
 
 A 10-minute `zrl run` of the default config with no return target; the
