@@ -239,19 +239,16 @@ class AleVectorEnv(VectorEnv):
     def step_wait(self) -> Step:
         obs, reward, terminated, truncated, info = self._ale.recv()
         env_id = info["env_id"]
-        if self.batched:
-            final = {int(i): info["final_obs"][i].copy() for i in np.flatnonzero(truncated)} if truncated.any() else {}
-            return Step(obs, reward.astype(np.float32), terminated, truncated, final, env_ids=np.asarray(env_id))
-        if not np.array_equal(env_id, self._order):
+        if not self.batched and not np.array_equal(env_id, self._order):
             # Synchronous batches come back in env order; guard anyway (it costs a compare).
             perm = np.argsort(env_id)
             obs, reward, terminated, truncated = obs[perm], reward[perm], terminated[perm], truncated[perm]
             info = {**info, "final_obs": info["final_obs"][perm]} if "final_obs" in info else info
-        final: dict[int, np.ndarray] = {}
+        final: dict[int, np.ndarray] = {}  # by row (env k's own in synchronous batches)
         if truncated.any():
             fo = info["final_obs"]
             final = {int(k): fo[k].copy() for k in np.flatnonzero(truncated)}
-        return Step(obs, reward.astype(np.float32), terminated, truncated, final)
+        return Step(obs, reward.astype(np.float32), terminated, truncated, final, env_ids=np.asarray(env_id) if self.batched else None)
 
     def close(self) -> None:
         vec, self._vec, self._ale = getattr(self, "_vec", None), None, None

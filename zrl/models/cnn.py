@@ -305,7 +305,7 @@ class Int8Torso:
         # zrl's own AVX2 kernel (_core.int8_layer) for every layer, where the CPU has no int8 dot
         # products (oneDNN's pre-VNNI kernels are slower on these shapes) and the layers fit it.
         self._native = native_int8_layers() and self._native_fits()
-        self._plan: dict | None = None  # native: per-layer offsets, packed weights and outputs' shapes
+        self._plan: dict | None = None  # native: per-layer input runs (offs) and shapes
         self._bases: dict[int, list[np.ndarray]] = {}  # native: per batch size, each layer's base offsets
 
     def _native_fits(self) -> bool:
@@ -358,20 +358,6 @@ class Int8Torso:
             self._bases[n] = bases
         return bases
 
-    def _native_quantize(self) -> None:
-        """Native: the layers' int8 weights packed as _core.int8_layer reads them, [J, OC, 4]."""
-        packed, self._w_scales = [], []
-        for i, conv in enumerate(self.convs):
-            q, scales = quantize_conv_weight(conv, "the CNN's")
-            oc, ic, kh, kw = q.shape
-            if i == 0:  # j over (ic, ky, kx / 4), the 4 bytes along the width
-                w = q.reshape(oc, ic, kh, kw // 4, 4).permute(1, 2, 3, 0, 4)
-            else:  # j over (ky, kx, ic / 4), the 4 bytes along the channels
-                w = q.reshape(oc, ic // 4, 4, kh, kw).permute(3, 4, 1, 0, 2)
-            packed.append(w.reshape(-1, oc, 4).contiguous().numpy())
-            self._w_scales.append(scales)
-        self._packed = packed
-
     def _native_run(self, x: np.ndarray, calibrate: bool) -> torch.Tensor:
         """Native: the torso on uint8 pixels [N, C, H, W]; with calibrate, first sets each layer's
         output scale from a float pass over x (as _calibrate does)."""
@@ -401,7 +387,7 @@ class Int8Torso:
             top = 127 if i == last else 255  # the FC reads 0..127 (pairs of products fit int16)
             y = np.empty((len(bases[i]), conv.out_channels), np.float32)
             _core.int8_layer(x, bases[i], w, offs, scale, bias, 1.0, 0, y)
-            s = max(float(y.max()) * self.margin, 1e-6) / top
+            s = self._output_scale(float(y.max()), top)
             self._x_scales.append(s)
             self._native_args.append((w, offs, scale, bias, 1.0 / s, top))
             out = np.empty(y.shape, np.uint8)  # the next layer's input, as the int8 pass makes it
@@ -421,12 +407,17 @@ class Int8Torso:
 
     def _quantize(self) -> None:
         self._packed, self._w_scales = [], []
-        if self._native:
-            self._native_quantize()
-        for conv, geometry in zip(self.convs if not self._native else (), self._geometry):
+        for i, (conv, geometry) in enumerate(zip(self.convs, self._geometry)):
             q, scales = quantize_conv_weight(conv, "the CNN's")
-            # The input scale given here is not baked in: each call passes its own.
-            self._packed.append(torch.ops.onednn.qconv_prepack(q, scales, 1.0, 0, *geometry, None))
+            if self._native:  # [J, OC, 4], as _core.int8_layer reads them
+                oc, ic, kh, kw = q.shape
+                if i == 0:  # j over (ic, ky, kx / 4): runs of 4 along the kernel's width
+                    w = q.reshape(oc, ic, kh, kw // 4, 4).permute(1, 2, 3, 0, 4)
+                else:  # j over (ky, kx, ic / 4): runs of 4 channels
+                    w = q.reshape(oc, ic // 4, 4, kh, kw).permute(3, 4, 1, 0, 2)
+                self._packed.append(w.reshape(-1, oc, 4).contiguous().numpy())
+            else:  # the input scale given here is not baked in: each call passes its own
+                self._packed.append(torch.ops.onednn.qconv_prepack(q, scales, 1.0, 0, *geometry, None))
             self._w_scales.append(scales)
         c, h, w = self._last_shape
         fc = self.fc.weight.detach()
@@ -453,6 +444,10 @@ class Int8Torso:
         self._seen = tuple((p.data_ptr(), p._version) for p in self._params)
         self._first = self.convs[0].weight.detach().clone()
 
+    def _output_scale(self, largest: float, top: float) -> float:
+        """A layer's output scale: its largest output (in a float pass) x margin maps to top."""
+        return max(largest * self.margin, 1e-6) / top
+
     def _calibrate(self, x: torch.Tensor) -> None:
         """Activation scales from a float pass over x (the relaid-out uint8 frames)."""
         self._x_scales = [1.0 / 255.0]
@@ -461,37 +456,33 @@ class Int8Torso:
             y = torch.ops.onednn.qconv2d_pointwise(x, self._x_scales[i], 0, packed, scales, zp, self.convs[i].bias,
                                                    *geometry, 1.0, 0, torch.float32, "relu", [], "")
             top = 127.0 if i == n - 1 else 255.0
-            s = max(float(y.max()) * self.margin, 1e-6) / top
+            s = self._output_scale(float(y.max()), top)
             self._x_scales.append(s)
             x = torch.round(y * (1.0 / s)).clamp_(0, top).to(torch.uint8)
         self._fc_scales = self._fc_w_scales * self._x_scales[-1]
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         """uint8 [N, C, H, W] -> the torso's features, in the FC's dtype."""
-        if self._native:
-            if self._plan is None:
+        if self._seen is None:  # the first call: the layers' shapes
+            if self._native:
                 self._make_plan(*obs.shape[1:])
-            fresh = self._seen is None or self._changed()
-            if fresh:
-                self._quantize()
-                self._calls = 0
-            calibrate = fresh or self._calls % self.recalibrate_every == 0
-            self._calls += 1
+            else:
+                h, w = obs.shape[2:]
+                for conv in self.convs:
+                    h, w = ((size + 2 * p - d * (k - 1) - 1) // st + 1 for size, p, d, k, st in
+                            zip((h, w), conv.padding, conv.dilation, conv.kernel_size, conv.stride))
+                self._last_shape = (self.convs[-1].out_channels, h, w)
+        fresh = self._seen is None or self._changed()
+        if fresh:
+            self._quantize()
+            self._calls = 0
+        calibrate = fresh or self._calls % self.recalibrate_every == 0
+        self._calls += 1
+        if self._native:
             return self._native_run(obs.contiguous().numpy(), calibrate)
         x = conv_input(obs, torch.uint8)
-        if self._seen is None:
-            h, w = x.shape[2:]
-            for conv in self.convs:
-                h, w = ((size + 2 * p - d * (k - 1) - 1) // st + 1 for size, p, d, k, st in
-                        zip((h, w), conv.padding, conv.dilation, conv.kernel_size, conv.stride))
-            self._last_shape = (self.convs[-1].out_channels, h, w)
-        if self._seen is None or self._changed():
-            self._quantize()
+        if calibrate:
             self._calibrate(x)
-            self._calls = 0
-        elif self._calls % self.recalibrate_every == 0:
-            self._calibrate(x)
-        self._calls += 1
         last = len(self.convs) - 1
         for i, (packed, scales, zp, geometry) in enumerate(zip(self._packed, self._w_scales, self._zero_points, self._geometry)):
             x = torch.ops.onednn.qconv2d_pointwise(x, self._x_scales[i], 0, packed, scales, zp, self.convs[i].bias,
