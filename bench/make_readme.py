@@ -69,35 +69,30 @@ class), the default config's T=20 x K=32, and an Atari chunk of 20
 observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
-**Not every row reaches 0.9 on this machine.** Over four runs after the
-last change (2026-11-24), the 2 KB chunk was at 0.80-0.95 over tcp and
-0.80-1.05 over ipc, the 23 KB one at 0.96-1.09 over tcp and 0.83-0.86 over
-ipc, the Atari chunk at 0.71-0.87 over tcp and 1.35-1.39 over ipc. A fifth
-run with the transport unchanged (11-24, 05:10 UTC): tcp 0.93 / 1.00 / 0.90,
-ipc 1.14 / 0.84 / 1.24 (2 KB / 23 KB / Atari). Three runs after the
-receiver's views lost their pybind11 owner (0.3 µs less per message in
-process; the table below is the last): 23 KB over ipc 0.83-0.89, Atari over
-tcp 0.78-0.91, 2 KB 0.87-1.02; the 23 KB ipc row is the one that stays under
-0.9. A run on 11-24 after the truncation-marks rule joined the C++ gate (not
-the table): tcp 0.82 / 1.05 / 0.73, ipc 0.92 / 0.91 / 1.30; that run's 23 KB
-ipc row cleared 0.9 and its tcp Atari row fell with raw running fast (9.8k
-msg/s). (2 KB
-was at 0.30-0.42 before the C++ gate.) A later session (11-24, 21:00-21:20
-UTC, the table below is its last run) found the machine slower for both sides
-(raw tcp 2 KB 355-425k msg/s against 513k in the morning) and every ratio
-lower: over 8 runs tcp 0.68-0.80 / 0.83-1.01 / 0.76-0.86, ipc 0.74-0.95 /
-0.82-0.98 / 0.75-0.87 (2 KB / 23 KB / Atari). Two of those runs were of the
-code before that session's changes, alternating with two of the code after:
-the same spread (2 KB over tcp 0.68 and 0.74 before, 0.68 and 0.76 after), so
-the drop is the machine's, not a change's; but on such a day no row is
-reliably at 0.9. What remains is Python per message:
-the sender's is 1.04 us per 2 KB chunk against 0.47 for a bare send (1.36
-before the cached `Layout.cut`), and the receiver's per-burst poll and
-drain call (~3 us) fall on every message when bursts hold one (the 23 KB
-ipc row, where the receiver is the side that differs). On 2 cores that extra CPU is the gap. The Atari chunk's split
-(below raw over tcp, above it over ipc) holds in every run. It comes from
-the sender, whose kernel time per message differs: zrl sends from a pool of
-frames in flight, while raw resends one cache-hot buffer. Details: [TRANSPORT.md](TRANSPORT.md)."""),
+**Not every row reaches 0.9 on this machine, and no row does in every run.**
+Across the runs since the last change to the transport (11-24), every row
+has at some point landed above 0.9 and every row at some point below it. The
+ratios, tcp / ipc:
+- 2 KB: 0.56-1.02 / 0.62-0.99.
+- 23 KB: 0.83-1.12 / 0.82-1.04.
+- Atari: 0.73-0.94 / 0.73-1.48.
+
+The table below is one run of the session of 11-24, 22:35 UTC.
+
+The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
+give the CPU time both processes spent per message, their I/O threads
+included. The CPU ratio follows the throughput ratio row by row, so the gap
+is CPU per message on 2 shared cores. At 2 KB that gap is 0.6 µs of Python
+per chunk on the sender and 0.3 µs on the receiver, timed in one process.
+Between the two processes it comes out at about twice that.
+
+At 566 KB the gap comes from three places:
+- zrl's frame pool of ~30 frames in flight, cache-cold, against raw's one
+  hot buffer;
+- the bootstrap row;
+- the Python of a zero-copy send.
+
+Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 
 C++ clients (`client_bench`, one process each) against `zrl serve` doing
@@ -430,7 +425,25 @@ minutes the return barely moves (-20.56 in the first minute, -20.23 in the
 tenth). The run got ~6,300 updates (1.01M env steps in batches of 8 x 20);
 the AVX-512 runs above got ~12,000 in their 10 minutes and began to rise
 after 6-8 of them, some 7,000-10,000 updates in. Not a measurement of the
-actors, which deliver 0.96 of the raw env in actor -> sink (pipeline)."""),
+actors, which deliver 0.96 of the raw env in actor -> sink (pipeline).
+
+**Given 25 minutes, the curve moves here too.** A later session ran the same
+config with `zrl run --config configs/pong_impala.yaml --max-seconds 1500`
+(11-24, 22:00 UTC). It trained at 5.9k frames/s on average. Pytest runs on
+the same 2 cores held minutes 2-5 to 4-5k. The run got 13,933 updates,
+2.23M env steps, 8.9M frames. The return stayed at -20.1 to -20.7 for 12
+minutes (~7,500 updates). It rose from minute 13 on, to -18.25 at minute 25:
+about as many updates in as on the AVX-512 machine, at half the updates per
+minute. The minutes below count from the first episode's end:
+
+| minute | 1 | 5 | 10 | 12 | 13 | 14 | 17 | 20 | 22 | 25 |
+| ------ | - | - | -- | -- | -- | -- | -- | -- | -- | -- |
+| mean return | -20.27 | -20.66 | -20.25 | -20.16 | -20.12 | -19.61 | -19.54 | -18.81 | -18.44 | -18.25 |
+| env frames (M) | 0.55 | 1.96 | 3.62 | 4.41 | 4.80 | 5.17 | 6.32 | 7.37 | 8.04 | 8.91 |
+
+![pong, 25 minutes on the AVX2 machine](out/pong_avx2_25min.png)
+
+The 10-minute run of the shipped bench is below."""),
     ("soak", """## soak: resident memory over a long run
 
 A 10-minute `zrl run` of the default config with no return target; the

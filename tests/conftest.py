@@ -106,9 +106,17 @@ def make_learner(ctx, endpoint, tmp_path):
 
     started = []
 
-    def make(cfg, *, logdir=None, start=True, bind=None, **kw):
+    def make(cfg, *, logdir=None, start=True, bind=None, around=None, **kw):
+        """around(learner): a context manager that run() executes inside, on the learner's thread."""
         learner = Learner(cfg, bind or endpoint, logdir if logdir is not None else tmp_path / "run", ctx=ctx, console=False, **kw)
-        runner = Running(learner.run, "learner") if start else None
+
+        def run():
+            if around is None:
+                return learner.run()
+            with around(learner):
+                return learner.run()
+
+        runner = Running(run, "learner") if start else None
         started.append((learner, runner))
         return learner, runner
 

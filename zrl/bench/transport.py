@@ -202,7 +202,8 @@ def _receiver_main(conn) -> None:
             raise RuntimeError(f"the gate rejected {rejected} of {n} zrl frames")
         return dt
 
-    _serve(conn, {"setup": setup, "window": window, "teardown": teardown}, lambda: (teardown(), ctx.term()))
+    _serve(conn, {"setup": setup, "window": window, "teardown": teardown, "cpu": time.process_time},
+           lambda: (teardown(), ctx.term()))
 
 
 def _sender_main(conn) -> None:
@@ -264,7 +265,7 @@ def _sender_main(conn) -> None:
             if frame is not None:  # the queue was full: wait, as the actor's link does
                 pusher.sock.send(frame, copy=False)
 
-    _serve(conn, {"frame_size": frame_size, "setup": setup, "window": window, "teardown": teardown},
+    _serve(conn, {"frame_size": frame_size, "setup": setup, "window": window, "teardown": teardown, "cpu": time.process_time},
            lambda: (teardown(), ctx.term()))
 
 
@@ -311,34 +312,45 @@ class _Worker:
         self.conn.close()
 
 
-def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> float:
-    """Messages per second over one window of n messages (timed at the receiver)."""
+def _cpu(receiver: _Worker, sender: _Worker) -> float:
+    """CPU seconds the two processes have used so far, their ZeroMQ I/O threads included."""
+    return receiver.call("cpu") + sender.call("cpu")
+
+
+def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[float, float]:
+    """Messages per second over one window of n messages (timed at the receiver), and the CPU
+    microseconds per message that both processes spent on it."""
+    cpu0 = _cpu(receiver, sender)
     receiver.send("window", mode, n)
     sender.send("window", mode, n)
     sender.reply()
     dt = receiver.reply()
-    return (n - 1) / max(dt, 1e-9)
+    return (n - 1) / max(dt, 1e-9), (_cpu(receiver, sender) - cpu0) / n * 1e6
 
 
 def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, window_s: float, warmup_s: float):
-    """Per mode: the per-window msg/s after a warm-up that sizes the windows."""
+    """Per mode: the per-window msg/s and CPU us per message, after a warm-up that sizes the windows."""
     n = {}
     for mode in MODES:
-        rate = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
-        rate = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
+        rate, _ = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
+        rate, _ = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
         n[mode] = max(16, int(rate * window_s))
     rates: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu_us: dict[str, list[float]] = {m: [] for m in MODES}
     for r in range(rounds):
         for mode in MODES if r % 2 == 0 else MODES[::-1]:
-            rates[mode].append(_window(receiver, sender, mode, n[mode]))
-    return rates, n
+            rate, us = _window(receiver, sender, mode, n[mode])
+            rates[mode].append(rate)
+            cpu_us[mode].append(us)
+    return rates, cpu_us, n
 
 
 def run(opts: BenchOptions) -> BenchResult:
     result = BenchResult(
         name="transport",
         title="Transport: IMPALA trajectory chunks through zrl vs raw pyzmq PUSH/PULL (same bytes per message)",
-        columns=["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio"],
+        columns=["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio",
+                 "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio"],
     )
     rounds = 2 if opts.quick else max(opts.repeats, 3)
     window_s = QUICK_WINDOW_S if opts.quick else WINDOW_S
@@ -360,10 +372,11 @@ def run(opts: BenchOptions) -> BenchResult:
                     os.makedirs(ipc_dir, exist_ok=True)
                     endpoints, native_note = receiver.call("setup", chunk, transport, ipc_dir, frame_bytes)
                     native_used = sender.call("setup", chunk, endpoints, frame_bytes)
-                    rates, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
+                    rates, cpu_us, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
                     sender.call("teardown")
                     receiver.call("teardown")
                     zrl, raw = statistics.median(rates["zrl"]), statistics.median(rates["raw"])
+                    zrl_cpu, raw_cpu = statistics.median(cpu_us["zrl"]), statistics.median(cpu_us["raw"])
                     result.add(
                         transport=transport,
                         chunk=chunk.name,
@@ -375,9 +388,10 @@ def run(opts: BenchOptions) -> BenchResult:
                             "raw GB/s": raw * frame_bytes / 1e9,
                         },
                         ratio=zrl / raw,
+                        **{"zrl CPU us/msg": zrl_cpu, "raw CPU us/msg": raw_cpu, "CPU ratio": raw_cpu / zrl_cpu},
                     )
                     samples[f"{transport}/{chunk.name}"] = {
-                        "msg_per_s": rates, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
+                        "msg_per_s": rates, "cpu_us_per_msg": cpu_us, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
                     }
     finally:
         for w in reversed(workers):
@@ -392,6 +406,9 @@ def run(opts: BenchOptions) -> BenchResult:
     result.notes += [
         f"Target: ratio (zrl msg/s / raw msg/s) >= {TARGET_RATIO}. Medians of {rounds} windows of ~{window_s} s per side, "
         "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
+        "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
+        "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
+        "CPU is the limit, as it is with 4 busy threads on 2 cores. It moves less with the machine's load than msg/s.",
         "zrl sender: a fresh frame from the IMPALA recorder's wire.Layout per chunk, obs[0] = bootstrap obs, the actor's "
         "Sender.finish (M = 0 truncated rows) through its transport.Pusher: " + senders + ". Filling the T steps is the env "
         "loop's work and is not counted.",

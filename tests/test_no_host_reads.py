@@ -1,0 +1,203 @@
+"""The learner's update loop reads nothing back from its device (issue 5: "no synchronising
+calls in the loop beyond V-trace's one round trip").
+
+On a GPU every read of a tensor's values by the host (`.item()`, `float(t)`, `.cpu()`,
+`.numpy()`, a boolean mask, `nonzero`, ...) waits for the GPU to finish all the work queued
+before it. No GPU is needed to see such reads: they are Python calls on tensors, and a
+`TorchFunctionMode` sees every one made on the learner's thread. The loop may read only
+through its host-transfer points (`vtrace_on_host`, `HostWeights`, `HostPriorities`), and
+when it logs. The modes are thread-local, so the receiver thread is not watched (it
+handles numpy frames, not tensors).
+
+What this cannot see: syncs inside PyTorch's own C++ (a blocking copy from pageable
+memory, say). The learner's copies to a device go through pinned memory with
+non_blocking=True (impala._to_device, apex_dqn), which the CUDA case below runs.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from zrl.learner import learner as learner_mod
+from zrl.learner.algorithms import apex_dqn, impala
+from zrl.models import cnn
+from zrl.config import load_config
+from conftest import ROOT, small_config, wait_for
+from test_apex import apex_config
+
+pytestmark = pytest.mark.timeout(120)
+
+T = torch.Tensor
+# Calls that hand a tensor's values to the host. On a GPU each one synchronises.
+READS = {
+    T.item, T.tolist, T.numpy, T.__array__, T.__bool__, T.__float__, T.__int__, T.__index__,
+    T.__format__, T.__repr__, T.cpu, T.nonzero, torch.nonzero, T.argwhere, torch.argwhere,
+    T.masked_select, torch.masked_select, T.unique, torch.unique, torch.unique_consecutive,
+}
+# Indexing reads only with a boolean mask (its size depends on the values).
+MASKABLE = {T.__getitem__, T.__setitem__, T.index_put_, T.index_put, torch.index_put}
+# Where the loop may read: its host-transfer points, once per update each.
+TRANSFERS = {
+    impala.vtrace_on_host.__code__,
+    learner_mod.HostWeights.ready.__code__,
+    learner_mod.publishable.__code__,
+    apex_dqn.HostPriorities.put.__code__,
+    apex_dqn.HostPriorities.flush.__code__,
+}
+# Outside the update: logging, checkpoints.
+NOT_THE_UPDATE = {learner_mod.Learner._log.__code__, learner_mod.Learner.save_checkpoint.__code__}
+# Paths taken only for CPU tensors, which reach their memory through numpy: the CNNs' C++
+# cast of uint8 pixels (on a GPU, conv_input is obs.to(dtype)).
+CPU_ONLY = {cnn.conv_input.__code__}
+
+
+def _has_bool_index(obj) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return obj.dtype == torch.bool
+    if isinstance(obj, (tuple, list)):
+        return any(_has_bool_index(o) for o in obj)
+    return False
+
+
+def _to_host(args, kwargs) -> bool:
+    """`.to("cpu")`, or `.to(other)` with other on the CPU."""
+    targets = [*args[1:], kwargs.get("device"), kwargs.get("other")]
+    return any(
+        (isinstance(a, (str, torch.device)) and torch.device(a).type == "cpu")
+        or (isinstance(a, torch.Tensor) and a.device.type == "cpu")
+        for a in targets
+    )
+
+
+def _is_read(func, args, kwargs, caller) -> bool:
+    if func in READS:
+        return True
+    if func is T.to and _to_host(args, kwargs):
+        # From a GPU, a read. On a CPU learner a move to the CPU is a no-op, and PyTorch's
+        # own `.to(grad.device)` (in clip_grad_norm_, say) moves to the learner's device,
+        # whatever it is: there, only zrl's own moves to the CPU count.
+        return args[0].device.type != "cpu" or "/torch/" not in caller.f_code.co_filename
+    if func in MASKABLE:
+        return len(args) > 1 and _has_bool_index(args[1])
+    return False
+
+
+class HostReads(TorchFunctionMode):
+    """Records every host read made inside `Learner._train`, other than at its transfer
+    points and in its logging, with the line of zrl code that made it."""
+
+    def __init__(self):
+        super().__init__()
+        self.learner = None
+        self.reads: list[str] = []
+
+    def watching(self, learner):
+        """For make_learner(around=...): the mode, entered on the learner's thread."""
+        self.learner = learner  # its optimizer is made when run() starts
+        return self
+
+    def _optimizer_step_counter(self, t) -> bool:
+        # Adam's step count is a CPU tensor even on a GPU (not capturable): reading it is free.
+        opt = self.learner.optimizer
+        return opt is not None and any(s.get("step") is t for s in opt.state.values())
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _is_read(func, args, kwargs, sys._getframe(1)) and not self._optimizer_step_counter(args[0] if args else None):
+            where, in_train = None, False
+            f = sys._getframe(1)
+            while f is not None:
+                code = f.f_code
+                if code in TRANSFERS or code in NOT_THE_UPDATE or (code in CPU_ONLY and args[0].device.type == "cpu"):
+                    break
+                if where is None and "/torch/" not in code.co_filename:  # the innermost caller outside torch
+                    where = f"{'/'.join(code.co_filename.rsplit('/', 2)[-2:])}:{f.f_lineno} ({code.co_name}): {func.__name__}"
+                if code is learner_mod.Learner._train.__code__:
+                    in_train = True
+                    break
+                f = f.f_back
+            if in_train:
+                self.reads.append(where or func.__name__)
+        return func(*args, **kwargs)
+
+
+def _configs(device: str):
+    lead = [f"learner.device={device}", "learner.log_interval_s=0.05", "learner.publish_interval=1"]
+    return {
+        "impala": small_config(*lead),
+        "impala-lstm": small_config(*lead, "model.lstm_size=16"),
+        "impala-bf16": small_config(*lead, "learner.precision=bf16"),
+        "apex": apex_config(*lead, "algo.target_update_interval=5"),
+        # The CNNs on real Pong frames (uint8 to float on the learner's device), kept small.
+        "pong": load_config(PONG_CONFIG, [*lead, *PONG_SMALL]),
+        "pong-deep-lstm": load_config(PONG_CONFIG, [*lead, *PONG_SMALL, "model.network=impala_deep", "model.lstm_size=32"]),
+    }
+
+
+PONG_CONFIG = ROOT / "configs" / "pong_impala.yaml"
+PONG_SMALL = ["actor.num_envs=4", "actor.env_groups=1", "actor.env_batching=groups", "actor.unroll_length=5",
+              "learner.batch_size=4", "run.num_actors=1", "run.max_seconds=null"]
+
+
+def _watch(cfg, make_learner, make_actor, updates: int) -> tuple[HostReads, int]:
+    """Trains cfg's learner, its loop watched, for `updates` updates: (the watcher, updates done)."""
+    mode = HostReads()
+    learner, runner = make_learner(cfg, around=mode.watching)
+    make_actor(cfg)
+    wait_for(lambda: learner.updates >= updates or not runner.thread.is_alive(), 90, f"{updates} updates")
+    learner.request_stop()
+    runner.join(30)
+    return mode, learner.updates
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "apex", "pong", "pong-deep-lstm"])
+def test_the_update_loop_reads_nothing_back(name, device, make_learner, make_actor, monkeypatch):
+    cfg = _configs(device)[name]
+    calls = {"vtrace": 0}
+    real_vtrace = impala.vtrace_on_host
+
+    def counted(*a, **kw):
+        calls["vtrace"] += 1
+        return real_vtrace(*a, **kw)
+
+    monkeypatch.setattr(impala, "vtrace_on_host", counted)
+    # Enough updates for logging, publishing, Adam's state and (Ape-X) target syncs to come round.
+    mode, updates = _watch(cfg, make_learner, make_actor, 20)
+    assert mode.reads == [], "host reads in the update loop:\n" + "\n".join(sorted(set(mode.reads)))
+    if cfg.algo.name == "impala":
+        # V-trace's round trip: once per update.
+        assert calls["vtrace"] == updates, (calls, updates)
+
+
+READS_TO_PLANT = {
+    "__float__": lambda loss, batch: float(loss.detach()),
+    "cpu": lambda loss, batch: loss.detach().cpu(),
+    "to": lambda loss, batch: loss.detach().to("cpu"),
+    "__getitem__": lambda loss, batch: batch["reward"][batch["terminated"]],  # a boolean mask
+}
+
+
+@pytest.mark.parametrize("kind", sorted(READS_TO_PLANT))
+def test_a_read_in_the_loss_is_caught(kind, make_learner, make_actor, monkeypatch):
+    # The watcher is not vacuous: a loss that reads a value back (a sync per update on a
+    # GPU) is reported, once per update, with the line that did it.
+    cfg = _configs("cpu")["impala"]
+    real_loss = impala.Impala.loss
+    planted = []
+
+    def loss_that_reads(self, model, batch):
+        loss, stats = real_loss(self, model, batch)
+        planted.append(READS_TO_PLANT[kind](loss, batch))
+        return loss, stats
+
+    monkeypatch.setattr(impala.Impala, "loss", loss_that_reads)
+    mode, _ = _watch(cfg, make_learner, make_actor, 5)
+    assert len(planted) >= 5 and len(mode.reads) == len(planted), mode.reads
+    assert all(r.endswith(f"(<lambda>): {kind}") for r in mode.reads), mode.reads
