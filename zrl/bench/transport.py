@@ -408,7 +408,7 @@ def run(opts: BenchOptions) -> BenchResult:
         "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
         "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
         "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
-        "CPU is the limit, as it is with 4 busy threads on 2 cores. It moves less with the machine's load than msg/s.",
+        "CPU is the limit, as it is with 4 busy threads on 2 cores.",
         "zrl sender: a fresh frame from the IMPALA recorder's wire.Layout per chunk, obs[0] = bootstrap obs, the actor's "
         "Sender.finish (M = 0 truncated rows) through its transport.Pusher: " + senders + ". Filling the T steps is the env "
         "loop's work and is not counted.",
