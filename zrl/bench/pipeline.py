@@ -14,8 +14,9 @@ Four measurements, each side by side with its reference in the same run:
    (with the raw single-process env rate as the ceiling), the learner's
    samples/s, its share of time waiting for data, and policy lag, from the
    learner's whole-run report (start-up excluded).
-4. learner: zrl's training step on real wire messages (decode views ->
-   collate -> loss with the C++ V-trace -> backward -> clip -> step -> weights
+4. learner: zrl's training step on real wire messages (the learner's
+   wire.Gate checks and views, counted in line though the receiver thread
+   runs them -> collate -> loss with the C++ V-trace -> backward -> clip -> step -> weights
    encoded for publishing) against a plain PyTorch loop doing the same
    model, loss and optimiser on tensors already in memory (target: zrl
    costs under 10% more).
@@ -151,7 +152,7 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     from zrl.envs import probe_specs
     from zrl.learner import algorithms
     from zrl.learner.algorithms.base import Sender
-    from zrl.learner.learner import publishable
+    from zrl.learner.learner import DATA_KINDS, publishable
     from zrl.models import flatten_parameters
 
     torch.set_num_threads(cfg.learner.torch_threads)
@@ -200,11 +201,13 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
         torch.nn.utils.clip_grad_norm_(m1.parameters(), cfg.learner.max_grad_norm)
         o1.step()
 
+    # The learner's receiver checks every frame with its wire.Gate (the C++ FrameGate once a
+    # layout is known); counted here in line with the update, as if nothing overlapped.
+    gate = wire.Gate(cfg.learner.max_message_bytes, DATA_KINDS)
+    gate.set_trajectory_checks(schema, algo.check_values, algo.gate_rules())
+
     def zrl_step():
-        msgs = [wire.decode(f, allowed_kinds=frozenset({int(wire.Kind.TRAJECTORY)})) for f in frames]
-        for m in msgs:
-            algo.check_values(m, schema.check(m))
-        batch = algo.collate(msgs, device)
+        batch = algo.collate([gate.check(f)[0] for f in frames], device)
         loss, _ = algo.loss(m2, batch)
         o2.zero_grad(set_to_none=True)
         loss.backward()
@@ -302,7 +305,7 @@ def run(opts: BenchOptions) -> BenchResult:
         "row's policy takes CPU from the emulator.",
         "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
         "(n actors share the same 2 cores with the learner). wait_for_data = the learner's share of time waiting for a batch.",
-        "learner update: median ms per update, zrl's path from wire messages (decode, checks, collate, loss with C++ V-trace, "
+        "learner update: median ms per update, zrl's path from wire messages (the learner's wire.Gate: decode and checks, in line with the update; collate, loss with C++ V-trace, "
         "backward, clip, step, weights encoded) vs a plain PyTorch loop on the same batch already in tensors; "
         "n = batch columns; target ratio <= 1.10.",
     ]
