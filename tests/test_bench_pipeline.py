@@ -37,9 +37,10 @@ def test_sink_runs_alternate_with_raw_runs_and_each_ratio_uses_its_neighbours(mo
     sinks = iter([750.0, 1250.0, 1750.0])
     monkeypatch.setattr(pipeline, "raw_env_rate", lambda cfg, s: calls.append("raw") or next(raws))
     monkeypatch.setattr(pipeline, "actor_sink_rate", lambda name, cfg, s, ov=(): calls.append(("sink", ov)) or next(sinks))
-    raw, sink, ratio = pipeline.sink_against_raw("Pong", None, 1.0, ("x=1",), pairs=3)
+    raw, sink, ratio, each = pipeline.sink_against_raw("Pong", None, 1.0, ("x=1",), pairs=3)
     assert calls == ["raw", ("sink", ("x=1",)), "raw", ("sink", ("x=1",)), "raw", ("sink", ("x=1",)), "raw"]
     assert (raw, sink, ratio) == (2500.0, 1250.0, 0.5)  # medians; the ratios are 750/1500, 1250/2500, 1750/3500
+    assert each == [0.5, 0.5, 0.5]
 
 
 @pytest.mark.timeout(120)

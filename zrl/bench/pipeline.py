@@ -119,8 +119,8 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
         shutil.rmtree(tmp, ignore_errors=True)  # the ipc sockets' files
 
 
-def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 3) -> tuple[float, float, float]:
-    """(raw env steps/s, actor -> sink steps/s, ratio): medians over `pairs` sink runs, each
+def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 3) -> tuple[float, float, float, list[float]]:
+    """(raw env steps/s, actor -> sink steps/s, ratio, each run's ratio): medians over `pairs` sink runs, each
     bracketed by raw runs (raw, sink, raw, sink, ..., raw), each ratio taken against the mean
     of the two raw runs beside it. On a shared machine the emulator's speed drifts by tens
     of percent within minutes; a ratio of neighbours is far steadier than one of two single
@@ -131,7 +131,7 @@ def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 
         sinks.append(actor_sink_rate(name, cfg, seconds, overrides))
         raws.append(raw_env_rate(cfg, seconds))
     ratios = [s / ((a + b) / 2) for s, a, b in zip(sinks, raws, raws[1:])]
-    return float(np.median(raws)), float(np.median(sinks)), float(np.median(ratios))
+    return float(np.median(raws)), float(np.median(sinks)), float(np.median(ratios)), [float(r) for r in ratios]
 
 
 def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
@@ -273,16 +273,19 @@ def run(opts: BenchOptions) -> BenchResult:
     )
     envs = ["CartPole", "Pong"]
     secs = 2.0 if quick else 8.0
-    pairs = 1 if quick else 3
+    pairs = 1 if quick else 5
+    spreads = []  # each bracketed run's ratio, for the notes
     for name in envs:
         cfg = _config(name)
-        raw, sink, ratio = sink_against_raw(name, cfg, secs, pairs=pairs)
+        raw, sink, ratio, each = sink_against_raw(name, cfg, secs, pairs=pairs)
+        spreads.append(f"{name} " + " ".join(f"{r:.3f}" for r in each))
         result.add(measurement="raw env (steps/s)", env=name, n=cfg.actor.num_envs, zrl="", reference=raw, ratio="")
         result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=ratio)
         pin = one_core_overrides(cfg)
         if pin is not None:
             # The policy with a core of its own: the emulator on one core in both columns.
-            raw1, sink1, ratio1 = sink_against_raw(name, _config(name, pin), secs, pin, pairs=pairs)
+            raw1, sink1, ratio1, each1 = sink_against_raw(name, _config(name, pin), secs, pin, pairs=pairs)
+            spreads.append(f"{name} with the emulator on 1 core " + " ".join(f"{r:.3f}" for r in each1))
             result.add(measurement="actor -> sink, emulator on 1 core (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink1,
                        reference=raw1, ratio=ratio1)
         for actors in ([1, 2] if quick else [1, 2, 4]):
@@ -298,7 +301,7 @@ def run(opts: BenchOptions) -> BenchResult:
         "actor -> sink: one `zrl actor` process (stepping, batched inference, chunks sent) against a learner that receives and "
         "discards; ratio = its steps/s over the raw env's (target >= 0.8 on Atari). Raw and sink alternate, raw first and last "
         f"({pairs} sink runs, {pairs + 1} raw runs); each ratio is against the mean of the two raw runs beside it; the table "
-        "gives the medians of the rates and of the ratios.",
+        "gives the medians of the rates and of the ratios. Each run's ratio, in order: " + "; ".join(spreads) + ".",
         "actor -> sink, emulator on 1 core (Pong): the same, with every emulator thread pinned to one core (env.num_threads 1, "
         "ale_py's thread_affinity_offset) in both columns: the raw env's one thread, and the actor's one (one per env group with actor.env_batching groups). The "
         "actor's policy has the other core to itself, as it would on a machine with cores to spare; on 2 cores the plain "
