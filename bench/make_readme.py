@@ -114,16 +114,17 @@ clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **This table is from an AVX2-only CPU (AMD EPYC, no AVX-512, VNNI or BF16;
-11-24, 23:10 UTC): Pong actor -> sink 0.737 of the raw env in the table,
-below the target of 0.8; the same code's previous table gave 0.958.** Three
-bracketed pairs right after this table gave 0.771, 0.923 and 0.856 (median
-0.856). The raw env ran at 3,400-4,070 steps/s that night, against ~3,150 in
-the previous table; the actor delivered 2,700-3,600. In-process, a
-first_ready loop without the sink ran at 3,126 steps/s. There, the actor's
-thread used 105 µs of CPU per env step: act() 78 µs, which is ~620 µs per
-batch of 8 next to the emulator threads against ~400 alone; bookkeeping 16;
+11-24, 23:25 UTC): Pong actor -> sink 0.936 of the raw env** (target 0.8).
+Its five bracketed runs gave 0.761, 0.978, 0.936, 0.977 and 0.887; the notes
+under the table list every run's ratio. A run of the same code 15 minutes
+earlier, with 3 runs per row, gave 0.737. Three runs right after that one
+gave 0.771, 0.923 and 0.856, and the table before that session gave 0.958.
+The raw env ran at 3,400-4,070 steps/s that night. In process, a first_ready
+loop without the sink ran at 3,126 steps/s. There, the actor's thread used
+105 µs of CPU per env step: act() took 78 µs of it (~620 µs per batch of 8
+next to the emulator threads, against ~400 alone), bookkeeping 16 and
 waiting 9. That is 0.33 of a core taken from the emulator. So 0.8 holds in
-the median of the runs, not in every run. The session before
+most runs and most tables, not in all of them. The session before
 the one that built first_ready and the int8 kernel had stopped at 0.664 here, with
 the code that reached 0.853 on the AVX-512 machine (its table is kept below,
 "pipeline on the AVX-512 machine"). On this CPU the emulator costs ~700 µs of
@@ -172,16 +173,17 @@ what moved it:
   and 10 twice): 0.605 / 0.829 and 0.760 / 0.912 and 0.774 / 0.810; nice 5
   stays.
 
-The row "emulator on 1 core" (0.99 here, 1.16 in the previous table) pins the emulator threads to one core in
+The row "emulator on 1 core" (1.08 here; 0.99 and 1.16 in earlier tables) pins the emulator threads to one core in
 both columns: with first_ready the actor's one thread never waits for the
 policy, while the raw env's one thread idles while its loop draws random
-actions. CartPole's actor -> sink (0.71 here, 0.62 before) is a Python
+actions. CartPole's actor -> sink (0.61 here, 0.62-0.71 before) is a Python
 loop on one core against a raw env whose rate drifts by tens of percent
-within a minute; it has no target. The learner update ratio (Pong 1.02 here,
-0.82 and 1.02 in earlier tables; CartPole 1.04) moves with the machine's
-noise. The target is at most 1.10. The CartPole row checked frames on the
-Python path until this table (1.06-1.09); the learner's receiver uses the
-C++ gate, and so does this row now (1.05 in 3 runs of the row alone).
+within a minute; it has no target. The learner update ratio (Pong 0.92 here,
+0.82-1.02 in earlier tables; CartPole 1.05) moves with the machine's
+noise. The target is at most 1.10. Until 11-24 23:10 the learner-update row
+checked frames on the Python path, and CartPole came out at 1.06-1.09. The
+learner's receiver uses the C++ gate, and the row now does too: CartPole
+1.04-1.05 since.
 
 **On the AVX-512 machine: Pong actor -> sink 0.853 in its table, and
 0.82-0.86 in all 7 runs with the int8 torso below** (11-24, a later session: 6 A/B runs, median 0.83, and
