@@ -305,7 +305,7 @@ class Int8Torso:
         # zrl's own AVX2 kernel (_core.int8_layer) for every layer, where the CPU has no int8 dot
         # products (oneDNN's pre-VNNI kernels are slower on these shapes) and the layers fit it.
         self._native = native_int8_layers() and self._native_fits()
-        self._plan: dict | None = None  # native: per-layer input runs (offs) and shapes
+        self._plan: list[dict] | None = None  # native: per layer, its input runs (offs) and shapes
         self._bases: dict[int, list[np.ndarray]] = {}  # native: per batch size, each layer's base offsets
 
     def _native_fits(self) -> bool:
@@ -335,7 +335,7 @@ class Int8Torso:
             c, h, w = conv.out_channels, oh, ow
         k = c * h * w
         plan.append({"in": (k,), "offs": np.arange(0, k, 4, dtype=np.int32)})
-        self._plan = {"layers": plan}
+        self._plan = plan
         self._last_shape = (c, h, w)
 
     def _native_bases(self, n: int) -> list[np.ndarray]:
@@ -343,7 +343,7 @@ class Int8Torso:
         bases = self._bases.get(n)
         if bases is None:
             bases = []
-            for i, layer in enumerate(self._plan["layers"][:-1]):
+            for i, layer in enumerate(self._plan[:-1]):
                 c, h, w = layer["in"]
                 _, oh, ow = layer["out"]
                 sh, sw = layer["stride"]
@@ -353,7 +353,7 @@ class Int8Torso:
                 else:
                     b = ((nn_ * h + oy * sh) * w + ox * sw) * c
                 bases.append(b.ravel().astype(np.int64))
-            (k,) = self._plan["layers"][-1]["in"]
+            (k,) = self._plan[-1]["in"]
             bases.append(np.arange(n, dtype=np.int64) * k)
             self._bases[n] = bases
         return bases
@@ -364,24 +364,26 @@ class Int8Torso:
         n = x.shape[0]
         bases = self._native_bases(n)
         if calibrate:
-            self._native_calibrate(x, bases)
-        for base, (w, offs, scale, bias, inv, top) in zip(bases, self._native_args):
-            out = np.empty((len(base), len(scale)), np.uint8)
-            _core.int8_layer(x, base, w, offs, scale, bias, inv, top, out)
-            x = out
+            x = self._native_calibrate(x, bases)  # it runs the convs' int8 pass as it goes
+        else:
+            for base, (w, offs, scale, bias, inv, top) in zip(bases, self._native_args):
+                out = np.empty((len(base), len(scale)), np.uint8)
+                _core.int8_layer(x, base, w, offs, scale, bias, inv, top, out)
+                x = out
         w, offs, scale, bias = self._native_fc
         y = np.empty((n, len(scale)), np.float32)
         _core.int8_layer(x.reshape(n, -1), bases[-1], w, offs, scale, bias, 1.0, 0, y)
         return torch.from_numpy(y).to(self.fc.weight.dtype)
 
-    def _native_calibrate(self, x: np.ndarray, bases: list[np.ndarray]) -> None:
+    def _native_calibrate(self, x: np.ndarray, bases: list[np.ndarray]) -> np.ndarray:
         """Native: each layer's output scale from a float pass (its largest output x margin maps
-        to the top of its 8-bit range), and the arguments of its int8 pass."""
+        to the top of its 8-bit range), and the arguments of its int8 pass; returns the last
+        conv's int8 output for x (each layer's int8 pass feeds the next one's calibration)."""
         self._x_scales = [1.0 / 255.0]
         self._native_args = []
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            w, offs = self._packed[i], self._plan["layers"][i]["offs"]
+            w, offs = self._packed[i], self._plan[i]["offs"]
             scale = (self._w_scales[i] * self._x_scales[i]).numpy()
             bias = conv.bias.detach().float().numpy()
             top = 127 if i == last else 255  # the FC reads 0..127 (pairs of products fit int16)
@@ -394,7 +396,8 @@ class Int8Torso:
             _core.int8_layer(x, bases[i], w, offs, scale, bias, 1.0 / s, top, out)
             x = out
         self._fc_scales = self._fc_w_scales * self._x_scales[-1]
-        self._native_fc = (self._fc_q, self._plan["layers"][-1]["offs"], self._fc_scales.numpy(), self._fc_bias.numpy())
+        self._native_fc = (self._fc_q, self._plan[-1]["offs"], self._fc_scales.numpy(), self._fc_bias.numpy())
+        return x
 
     def _changed(self) -> bool:
         """Whether the weights changed since they were quantized. Two checks, ~4 us: each
