@@ -838,6 +838,69 @@ PyType_Spec kZmqFrameSpec = {"zrl._core.ZmqFrame", sizeof(ZmqFrameObject), 0,
 
 PyTypeObject* zmq_frame_type = nullptr;  // made in bind_native
 
+// A frame buffer that libzmq sends without a copy (zrl::SendBlock): wire.OutMessage
+// keeps a large frame in one, and send_frame sends it zero-copy. Writable through
+// the buffer protocol; in_flight counts the messages libzmq still holds.
+struct SendBufferObject {
+  PyObject_HEAD
+  zrl::SendBlock* block;
+};
+
+PyTypeObject* send_buffer_type = nullptr;  // made in bind_native
+
+PyObject* send_buffer_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"nbytes", nullptr};
+  Py_ssize_t n = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "n:SendBuffer", const_cast<char**>(kwlist), &n)) return nullptr;
+  if (n < 0) {
+    PyErr_Format(PyExc_ValueError, "SendBuffer: nbytes must be >= 0, got %zd", n);
+    return nullptr;
+  }
+  zrl::SendBlock* block = zrl::new_send_block(static_cast<std::size_t>(n));
+  if (!block) return PyErr_NoMemory();
+  auto* self = reinterpret_cast<SendBufferObject*>(type->tp_alloc(type, 0));
+  if (!self) {
+    zrl::release_send_block(block);
+    return nullptr;
+  }
+  self->block = block;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void send_buffer_dealloc(PyObject* self) {
+  // The bytes stay while libzmq still sends them: the last message frees them.
+  zrl::release_send_block(reinterpret_cast<SendBufferObject*>(self)->block);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+int send_buffer_getbuffer(PyObject* self, Py_buffer* view, int flags) {
+  zrl::SendBlock* b = reinterpret_cast<SendBufferObject*>(self)->block;
+  return PyBuffer_FillInfo(view, self, b->data, static_cast<Py_ssize_t>(b->size), /*readonly=*/0, flags);
+}
+
+PyObject* send_buffer_in_flight(PyObject* self, void*) {
+  return PyLong_FromLong(zrl::in_flight(*reinterpret_cast<SendBufferObject*>(self)->block));
+}
+
+PyGetSetDef kSendBufferGetSet[] = {
+    {"in_flight", send_buffer_in_flight, nullptr,
+     const_cast<char*>("Messages libzmq still holds: write nothing into the buffer while this is above 0."), nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot kSendBufferSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(send_buffer_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(send_buffer_dealloc)},
+    {Py_bf_getbuffer, reinterpret_cast<void*>(send_buffer_getbuffer)},
+    {Py_tp_getset, kSendBufferGetSet},
+    {Py_tp_doc, const_cast<char*>("SendBuffer(nbytes): zeroed bytes that ZeroMQ sends without a copy "
+                                  "(send_frame); the memory lives until the owner and every message are gone.")},
+    {0, nullptr}};
+
+PyType_Spec kSendBufferSpec = {"zrl._core.SendBuffer", sizeof(SendBufferObject), 0, Py_TPFLAGS_DEFAULT,
+                               kSendBufferSlots};
+
 // send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or zmq errno: an
 // actor sends each chunk through this, so it is a METH_FASTCALL function rather than
 // a pybind11 method (whose argument conversion costs more than the send). It stamps
@@ -870,6 +933,24 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
     PyErr_SetString(PyExc_ValueError, "send_frame: null socket");
     return nullptr;
   }
+  if (Py_TYPE(args[1]) == send_buffer_type) {  // zero-copy: libzmq holds the block until it has sent it
+    zrl::SendBlock* block = reinterpret_cast<SendBufferObject*>(args[1])->block;
+    if (zrl::in_flight(*block) != 0) {  // stamping it would change a message libzmq is sending
+      PyErr_SetString(PyExc_ValueError, "send_frame: the SendBuffer is still in flight");
+      return nullptr;
+    }
+    if (!zrl::stamp_header(block->data, block->size, seq, version, total)) {
+      PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zu-byte SendBuffer", total, block->size);
+      return nullptr;
+    }
+    int err = zrl::send_zero_copy(*api, sock, block, total, zrl::kZmqDontWait);
+    if (err == EAGAIN && wait) {
+      Py_BEGIN_ALLOW_THREADS
+      err = zrl::send_zero_copy(*api, sock, block, total, 0);
+      Py_END_ALLOW_THREADS
+    }
+    return PyLong_FromLong(err);
+  }
   Py_buffer view;
   if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) != 0) return nullptr;
   auto* data = static_cast<uint8_t*>(view.buf);
@@ -892,7 +973,8 @@ PyMethodDef kSendFrameDef = {
     "send_frame", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(native_send_frame)), METH_FASTCALL,
     "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno (EAGAIN: the queue is "
     "full and wait is false). Stamps seq, policy_version and total into the frame's header and sends "
-    "frame[:total] on the libzmq socket at address `socket` (pyzmq's Socket.underlying)."};
+    "frame[:total] on the libzmq socket at address `socket` (pyzmq's Socket.underlying): a SendBuffer "
+    "without a copy (libzmq holds it until sent: see SendBuffer.in_flight), anything else copied."};
 
 // pyzmq's libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one.
 class ZmqNative {
@@ -969,6 +1051,9 @@ class ZmqNative {
 };
 
 void bind_native(py::module_& m) {
+  send_buffer_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSendBufferSpec));
+  if (!send_buffer_type) throw py::error_already_set();
+  m.attr("SendBuffer") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(send_buffer_type));
   zmq_frame_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kZmqFrameSpec));
   if (!zmq_frame_type) throw py::error_already_set();
   m.attr("ZmqFrame") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(zmq_frame_type));
@@ -982,7 +1067,8 @@ void bind_native(py::module_& m) {
                              "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno "
                              "(EAGAIN: the queue is full and wait is false): stamps seq, policy_version and total "
                              "into the frame's header and sends frame[:total] on the libzmq socket at address "
-                             "`socket` (pyzmq's Socket.underlying).")
+                             "`socket` (pyzmq's Socket.underlying): a SendBuffer without a copy, anything else "
+                             "copied.")
       .def("drain", &ZmqNative::drain, py::arg("socket"), py::arg("gate"), py::arg("max"), py::arg("copy_below"),
            "Up to `max` messages without waiting, each checked by `gate`: "
            "[(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)]. "

@@ -3,7 +3,10 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <utility>
 
@@ -46,7 +49,8 @@ const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, in
   auto api = std::make_unique<ZmqApi>();
   void (*version)(int*, int*, int*) = nullptr;
   const bool ok = sym(handle, "zmq_version", &version) && sym(handle, "zmq_send", &api->send) &&
-                  sym(handle, "zmq_msg_init", &api->msg_init) && sym(handle, "zmq_msg_recv", &api->msg_recv) &&
+                  sym(handle, "zmq_msg_init", &api->msg_init) &&
+                  sym(handle, "zmq_msg_init_data", &api->msg_init_data) && sym(handle, "zmq_msg_send", &api->msg_send) && sym(handle, "zmq_msg_recv", &api->msg_recv) &&
                   sym(handle, "zmq_msg_data", &api->msg_data) && sym(handle, "zmq_msg_size", &api->msg_size) &&
                   sym(handle, "zmq_msg_close", &api->msg_close) && sym(handle, "zmq_msg_move", &api->msg_move) &&
                   sym(handle, "zmq_errno", &api->errno_) && sym(handle, "zmq_strerror", &api->strerror);
@@ -78,6 +82,52 @@ bool stamp_header(uint8_t* frame, std::size_t size, uint64_t seq, uint64_t polic
 
 int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int flags) {
   return api.send(socket, data, n, flags) < 0 ? api.errno_() : 0;
+}
+
+SendBlock* new_send_block(std::size_t size) {
+  const std::size_t rounded = (size + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+  auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, rounded ? rounded : 64));
+  if (!data) return nullptr;
+  std::memset(data, 0, rounded);
+  auto* block = new (std::nothrow) SendBlock;
+  if (!block) {
+    std::free(data);
+    return nullptr;
+  }
+  block->size = size;
+  block->data = data;
+  return block;
+}
+
+void release_send_block(SendBlock* block) {
+  // acq_rel: the last one to let go sees every write (and libzmq's reads) before it frees.
+  if (block->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::free(block->data);
+    delete block;
+  }
+}
+
+namespace {
+// libzmq's free callback: runs on whichever thread drops the message last (an I/O
+// thread, or the receiver's over inproc), never needing the GIL.
+void sent(void* /*data*/, void* hint) { release_send_block(static_cast<SendBlock*>(hint)); }
+}  // namespace
+
+int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_t n, int flags) {
+  if (n > block->size) return EINVAL;
+  block->refs.fetch_add(1, std::memory_order_relaxed);  // the message's, dropped by sent()
+  ZmqMsg msg;
+  if (api.msg_init_data(&msg, block->data, n, &sent, block) != 0) {
+    const int e = api.errno_();
+    release_send_block(block);  // (libzmq calls no callback for a message it never made)
+    return e;
+  }
+  if (api.msg_send(&msg, socket, flags) < 0) {
+    const int e = api.errno_();
+    api.msg_close(&msg);  // still ours: closing it runs sent()
+    return e;
+  }
+  return 0;
 }
 
 int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out) {

@@ -8,6 +8,9 @@
 //     frame in place (wire.Layout); this stamps the fields that change per
 //     message (seq, policy_version, total length) into its header and hands it
 //     to zmq_send (which copies it), in one call from Python;
+//   - send_zero_copy: the same for a large frame (an Atari chunk), without the
+//     copy: libzmq holds a SendBlock (below) until it has sent it, and frees its
+//     hold from its own thread without touching Python;
 //   - drain: the learner's receiver. A burst of messages from the PULL socket,
 //     each checked by the FrameGate (wire_gate.h), all with the GIL released.
 //
@@ -21,6 +24,7 @@
 // pyzmq's own send and recv: zrl/transport.py decides.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -40,6 +44,8 @@ inline constexpr int kZmqDontWait = 1;  // ZMQ_DONTWAIT
 struct ZmqApi {
   int (*send)(void* socket, const void* buf, std::size_t len, int flags) = nullptr;
   int (*msg_init)(ZmqMsg*) = nullptr;
+  int (*msg_init_data)(ZmqMsg*, void* data, std::size_t size, void (*ffn)(void* data, void* hint), void* hint) = nullptr;
+  int (*msg_send)(ZmqMsg*, void* socket, int flags) = nullptr;
   int (*msg_recv)(ZmqMsg*, void* socket, int flags) = nullptr;
   void* (*msg_data)(ZmqMsg*) = nullptr;
   std::size_t (*msg_size)(const ZmqMsg*) = nullptr;
@@ -64,6 +70,27 @@ bool stamp_header(uint8_t* frame, std::size_t size, uint64_t seq, uint64_t polic
 // zmq_send(socket, data, n, flags); returns 0, or zmq_errno() of the failed send
 // (EAGAIN: ZMQ_DONTWAIT found the queue full). Call a blocking send without the GIL.
 int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int flags);
+
+// A frame buffer that Python fills and libzmq sends without copying. pyzmq's own
+// zero-copy send has libzmq's free callback hand each sent frame to a garbage-
+// collector thread, which takes the GIL to drop its reference: ~20 us of Python
+// per message. Here the callback drops a count instead. `refs` is 1 for the owner
+// (zrl._core.SendBuffer) plus one per message in flight; whoever drops the last
+// frees the block, so the bytes outlive an owner that goes while libzmq still
+// sends them. The data is zeroed and 64-byte aligned.
+struct SendBlock {
+  std::atomic<int> refs{1};
+  std::size_t size = 0;
+  uint8_t* data = nullptr;
+};
+SendBlock* new_send_block(std::size_t size);  // nullptr if out of memory
+void release_send_block(SendBlock* block);    // drops one reference
+inline int in_flight(const SendBlock& block) { return block.refs.load(std::memory_order_acquire) - 1; }
+
+// Sends block->data[:n] without a copy: 0, or zmq_errno() of the failed send, with
+// the block's count as before. The caller must not write the block while
+// in_flight() > 0. Call a blocking send without the GIL.
+int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_t n, int flags);
 
 // Receives up to `max` messages from `socket` without waiting, checking each with
 // `gate`, into *out (cleared first; each message is open and the caller closes it).

@@ -109,7 +109,8 @@ def recorder_frames(cfg, n: int, push_link=None):
     return out
 
 
-# A 1 KB chunk and a ~20 KB one (both sent by C++ as copies), a 120 KB one (pyzmq zero-copy).
+# A 1 KB chunk and a ~20 KB one (C++ sends copies), a 120 KB one (a SendBuffer, sent uncopied;
+# pyzmq's zero-copy send without native()).
 @pytest.mark.parametrize("K", [2, 200, 1200])
 @pytest.mark.parametrize("native", [True, False])
 def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
@@ -216,6 +217,82 @@ def test_a_full_queue_hands_back_the_finished_frame():
         ctx.term()
 
 
+def large_layout():
+    """A layout whose frames live in SendBuffers (wire.SEND_ZERO_COPY_FROM)."""
+    layout = wire.Layout(wire.Kind.TRAJECTORY, [("obs", np.uint8, (wire.SEND_ZERO_COPY_FROM,)), ("idx", np.int32, (4,))])
+    assert layout.capacity >= wire.SEND_ZERO_COPY_FROM
+    return layout
+
+
+def test_a_large_frame_goes_out_uncopied_and_is_reused_only_once_zeromq_lets_go(pair):
+    push, pull = pair
+    pusher = transport.Pusher(push)
+    assert pusher.api is not None, transport.native_note()
+    layout = large_layout()
+    first = layout.allocate()
+    assert type(first.send_buffer) is _core.SendBuffer and first.send_buffer.in_flight == 0
+    first.arrays["obs"][:] = 7
+    assert pusher.send(first, 1, 10, 2, {"idx": 1}) is None
+    # Over inproc the receiver gets the very bytes sent: ZeroMQ holds the buffer until the
+    # received message is closed, and allocate does not hand it out meanwhile.
+    assert first.send_buffer.in_flight == 1
+    second = layout.allocate()
+    assert second is not first
+    got = pull.recv(copy=False)
+    assert first.send_buffer.in_flight == 1
+    with pytest.raises(ValueError, match="in flight"):  # stamping it would change the message in flight
+        pusher.api.send_frame(push.underlying, first.send_buffer, 64, 1, 0, False)
+    m = wire.decode(got)
+    assert (m.sender_id, m.seq, m.policy_version, m.arrays["idx"].shape) == (1, 10, 2, (1,))
+    assert (m.arrays["obs"] == 7).all()
+    del m, got
+    assert first.send_buffer.in_flight == 0
+    assert layout.allocate() is first  # free again: reused
+
+
+def test_a_send_buffer_outlives_its_owner_while_zeromq_holds_it(pair):
+    push, pull = pair
+    pusher = transport.Pusher(push)
+    assert pusher.api is not None, transport.native_note()
+    layout = large_layout()
+    msg = layout.allocate()
+    msg.arrays["obs"][:] = np.arange(wire.SEND_ZERO_COPY_FROM) % 251
+    assert pusher.send(msg, 3, 4, 5) is None
+    del msg, layout  # Python's last references to the buffer: libzmq's keeps the bytes
+    m = wire.decode(pull.recv(copy=False))
+    np.testing.assert_array_equal(m.arrays["obs"], np.arange(wire.SEND_ZERO_COPY_FROM) % 251)
+
+
+def test_a_large_frame_the_queue_refuses_is_handed_back_and_free():
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)  # no peer: nothing is queued
+    push.setsockopt(zmq.LINGER, 0)
+    try:
+        pusher = transport.Pusher(push)
+        assert pusher.api is not None, transport.native_note()
+        msg = large_layout().allocate()
+        frame = pusher.send(msg, 4, 11, 6, {"idx": 0})
+        assert frame is not None and wire.decode(bytes(frame)).seq == 11
+        assert msg.send_buffer.in_flight == 0  # ZeroMQ let go of the message it did not queue
+    finally:
+        push.close(0)
+        ctx.term()
+
+
+def test_send_buffers_are_zeroed_writable_and_checked():
+    b = _core.SendBuffer(1000)
+    view = memoryview(b)
+    assert (view.nbytes, view.readonly, b.in_flight) == (1000, False, 0)
+    assert bytes(view) == bytes(1000)
+    view[:3] = b"abc"
+    assert bytes(memoryview(b)[:3]) == b"abc"
+    assert memoryview(_core.SendBuffer(0)).nbytes == 0
+    with pytest.raises(ValueError, match=">= 0"):
+        _core.SendBuffer(-1)
+    with pytest.raises(AttributeError):
+        b.in_flight = 1
+
+
 def test_send_frame_refuses_a_bad_length(pair):
     push, _ = pair
     api = transport.native()
@@ -226,6 +303,8 @@ def test_send_frame_refuses_a_bad_length(pair):
             api.send_frame(push.underlying, buf, total, 1, 0, False)
     with pytest.raises(BufferError):
         api.send_frame(push.underlying, bytes(256), 64, 1, 0, False)  # read-only: it stamps the header
+    with pytest.raises(ValueError, match="outside"):
+        api.send_frame(push.underlying, _core.SendBuffer(256), 257, 1, 0, False)
     with pytest.raises(TypeError):
         api.send_frame(push.underlying, buf, 64)
 

@@ -148,7 +148,7 @@ def test_frames_in_flight_in_zeromq_are_never_reused(ctx, endpoint):
     pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
     pull.bind(endpoint)
     push.connect(endpoint)
-    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.uint8, (1 << 17,))])  # above pyzmq's copy threshold: zero-copy
+    layout = wire.Layout(Kind.TRAJECTORY, [("obs", np.uint8, (1 << 17,))])  # above pyzmq's copy threshold: zero-copy, pyzmq holding the frame
     sent = []
     for seq in range(1, 6):
         m = layout.allocate()

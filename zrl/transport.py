@@ -155,21 +155,22 @@ def native_note() -> str:
 class Pusher:
     """Sends wire.OutMessage frames (an actor's chunks) on one pyzmq socket.
 
-    Through `native()` where there is one, a frame below pyzmq's copy threshold
-    goes out in one C++ call that stamps its header's per-message fields and
-    copies it into ZeroMQ, so the OutMessage is free again at once. Larger frames,
-    or all of them without `native()`, get `OutMessage.finish` and pyzmq's send
-    (zero-copy from the threshold up). The socket stays pyzmq's: use a Pusher
-    from the socket's thread only, and drop it when the socket closes.
+    Through `native()` where there is one, each frame goes out in one C++ call
+    that stamps its header's per-message fields and hands it to ZeroMQ: a small
+    frame copied (the OutMessage is free again at once), a large one (from
+    wire.SEND_ZERO_COPY_FROM, kept in a SendBuffer) without a copy, ZeroMQ
+    holding the SendBuffer until it has sent it. Without `native()`, frames get
+    `OutMessage.finish` and pyzmq's send (zero-copy from zmq.COPY_THRESHOLD up).
+    The socket stays pyzmq's: use a Pusher from the socket's thread only, and
+    drop it when the socket closes.
     """
 
-    __slots__ = ("sock", "api", "address", "native_below", "_send_frame")
+    __slots__ = ("sock", "api", "address", "_send_frame")
 
     def __init__(self, sock: zmq.Socket, use_native: bool = True):
         self.sock = sock
         self.api = native() if use_native else None
         self.address = sock.underlying
-        self.native_below = zmq.COPY_THRESHOLD if self.api is not None else 0
         self._send_frame = self.api.send_frame if self.api is not None else None
 
     def send(self, msg, sender_id: int, seq: int, policy_version: int, rows=None, wait: bool = False):
@@ -178,11 +179,14 @@ class Pusher:
         SNDTIMEO ran out). Raises zmq.ZMQError for any other failure, as pyzmq would.
         `rows` is as for OutMessage.seal: a wire.Cut of msg's layout, a mapping, or None.
         (The actor's per-chunk path: kept flat.)"""
-        if msg.layout.capacity < self.native_below and not self.sock.closed:  # (a closed socket's address dangles)
-            err = self._send_frame(self.address, msg.buffer, msg.seal(sender_id, rows), seq, policy_version, wait)
+        if self._send_frame is not None and not self.sock.closed:  # (a closed socket's address dangles)
+            buf = msg.send_buffer
+            if buf is None:
+                buf = msg.buffer
+            err = self._send_frame(self.address, buf, msg.seal(sender_id, rows), seq, policy_version, wait)
             if err == 0:
                 return None
-            return self._retry(msg, err, seq, policy_version, wait)
+            return self._retry(msg, buf, err, seq, policy_version, wait)
         frame = msg.finish(sender_id=sender_id, seq=seq, policy_version=policy_version, rows=rows)
         try:
             self.sock.send(frame, 0 if wait else zmq.NOBLOCK, copy=False)
@@ -190,13 +194,13 @@ class Pusher:
         except zmq.Again:
             return frame
 
-    def _retry(self, msg, err: int, seq: int, policy_version: int, wait: bool):
+    def _retry(self, msg, buf, err: int, seq: int, policy_version: int, wait: bool):
         while True:
             if err == errno.EAGAIN:
                 return msg.frame()  # stamped: the finished frame
             if err != errno.EINTR:  # (a signal: Python has run its handler; try again)
                 raise zmq_error(err)
-            err = self._send_frame(self.address, msg.buffer, msg.frame().nbytes, seq, policy_version, wait)
+            err = self._send_frame(self.address, buf, msg._total, seq, policy_version, wait)
             if err == 0:
                 return None
 

@@ -50,6 +50,11 @@ NAME_BYTES = 32
 # more than a small copy, so they break even at ~9 KB (measured on a 2-core EPYC; at
 # 23 KB the view is 0.5 us cheaper). bench/TRANSPORT.md has the figures.
 RECV_COPY_BELOW = 8 << 10
+# An OutMessage frame from this size up lives in a `zrl._core.SendBuffer`, which
+# transport.Pusher's C++ send hands to ZeroMQ without a copy and without pyzmq's
+# zero-copy bookkeeping (a garbage-collector thread that takes the GIL for every
+# sent frame). pyzmq copies frames below the same size (zmq.COPY_THRESHOLD).
+SEND_ZERO_COPY_FROM = 64 << 10
 REUSE_BYTES = 32 << 20  # a Layout tracks this many bytes of finished frames for reuse (2 to 64 frames)
 assert HEADER_SIZE == 48 and DESCRIPTOR_SIZE == 80
 
@@ -320,7 +325,14 @@ class OutMessage:
 
     def __init__(self, layout: Layout):
         self.layout = layout
-        self.buffer = np.zeros(layout.capacity, dtype=np.uint8)
+        self.send_buffer = None
+        if layout.capacity >= SEND_ZERO_COPY_FROM:
+            from zrl import _core
+
+            self.send_buffer = _core.SendBuffer(layout.capacity)  # zeroed; see SEND_ZERO_COPY_FROM
+            self.buffer = np.frombuffer(self.send_buffer, dtype=np.uint8)
+        else:
+            self.buffer = np.zeros(layout.capacity, dtype=np.uint8)
         self.arrays: dict[str, np.ndarray] = {}
         for name, dt, shape, (off, nbytes) in zip(layout.names, layout.dtypes, layout.shapes, layout.regions):
             self.arrays[name] = self.buffer[off : off + nbytes].view(dt).reshape(shape)
@@ -331,9 +343,10 @@ class OutMessage:
         self._idle_refs = sys.getrefcount(self.buffer)  # the buffer's references from this object alone
 
     def _idle(self) -> bool:
-        # Every memoryview or numpy view of the buffer (the frame ZeroMQ is still
+        # Every memoryview or numpy view of the buffer (the frame pyzmq is still
         # sending, a caller's array) holds a reference to it: none left means unused.
-        return sys.getrefcount(self.buffer) == self._idle_refs
+        # A frame sent from C++ is counted in its SendBuffer instead.
+        return sys.getrefcount(self.buffer) == self._idle_refs and (self.send_buffer is None or not self.send_buffer.in_flight)
 
     def seal(self, sender_id: int, rows: "Cut | Mapping[str, int] | None" = None) -> int:
         """`finish` but for the header's per-message fields (seq, policy_version, total),

@@ -13,9 +13,10 @@ the learner's cap, one I/O thread per context.
   the recorder's `wire.Layout` (as the IMPALA recorder does after each chunk),
   copy the bootstrap observation into obs[0], and the actor's `Sender.finish`
   with no truncated rows (M = 0), which sends through its link's
-  `transport.Pusher`: one C++ call that stamps the header and hands the frame
-  to libzmq (frames under 64 KiB, with `transport.native()`), else
-  `OutMessage.finish` and pyzmq's send (zero-copy from 64 KiB up). Writing the
+  `transport.Pusher`: with `transport.native()`, one C++ call that stamps the
+  header and hands the frame to libzmq (copied under 64 KiB; from 64 KiB up
+  without a copy, from the frame's SendBuffer), else `OutMessage.finish` and
+  pyzmq's send (zero-copy from 64 KiB up). Writing the
   T steps into the frame is not included: it is the environment loop's work,
   which any sender needs to build its payload.
 - zrl, receiver (the learner's receiver thread up to batching): the learner's
