@@ -58,8 +58,8 @@ equal."""),
 Two processes (an actor-side sender and a learner-side receiver) over tcp and
 ipc. zrl: the IMPALA recorder's in-place frame (`Layout.allocate`, the
 bootstrap row) and the actor's `Sender.finish`, which sends through
-`transport.Pusher` (under 64 KiB, one C++ call stamps the header and hands
-the frame to pyzmq's own libzmq; above, pyzmq's zero-copy send). The
+`transport.Pusher` (one C++ call stamps the header and hands the frame to
+pyzmq's own libzmq: copied under 64 KiB, without a copy from there on). The
 receiver does what the learner does before batching: `wire.Gate.drain`
 takes bursts from libzmq in C++ and checks them (the IMPALA schema and value
 checks in Python for the first frame of a layout, the C++ FrameGate for the
@@ -70,14 +70,17 @@ observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
 **Not every row reaches 0.9 on this machine, and no row does in every run.**
-Across the runs since the last change to the transport (11-24), every row
-has at some point landed above 0.9 and every row at some point below it. The
-ratios, tcp / ipc:
+Across the runs since 11-24, every row has at some point landed above 0.9
+and every row at some point below it. The ratios, tcp / ipc:
 - 2 KB: 0.56-1.02 / 0.62-0.99.
-- 23 KB: 0.83-1.12 / 0.82-1.04.
-- Atari: 0.73-0.94 / 0.73-1.48.
+- 23 KB: 0.83-1.12 / 0.80-1.04.
+- Atari: 0.73-1.10 / 0.67-1.48.
 
-The table below is one run of the session of 11-24, 22:35 UTC.
+The table below is one run of 11-25, 00:26 UTC, after frames from 64 KiB up
+began to go out zero-copy from C++ (`_core.SendBuffer`). That change brought
+the Atari sender's CPU per message down to raw's (user time 29-52 µs -> 10-14,
+raw 9-20). Six runs after it gave Atari 0.84-1.10 over tcp and 0.67-0.90
+over ipc.
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
@@ -86,11 +89,13 @@ is CPU per message on 2 shared cores. At 2 KB that gap is 0.6 µs of Python
 per chunk on the sender and 0.3 µs on the receiver, timed in one process.
 Between the two processes it comes out at about twice that.
 
-At 566 KB the gap comes from three places:
-- zrl's frame pool of ~30 frames in flight, cache-cold, against raw's one
-  hot buffer;
-- the bootstrap row;
-- the Python of a zero-copy send.
+At 566 KB the sender now costs what raw's does. The gap is on the receiver:
+- 10-15 µs more user time per message: the Python that runs once per burst
+  (poll, `Gate.drain`, the `Message`). At this size a burst is usually one
+  message, and the 566 KB copies between bursts leave the caches cold;
+- more page faults (14-24 per message over tcp, raw 11-13): glibc returns
+  the freed message buffers to the kernel, and zrl holds a burst's messages
+  together.
 
 Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
@@ -114,10 +119,13 @@ clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **This table is from an AVX2-only CPU (AMD EPYC, no AVX-512, VNNI or BF16;
-11-24, 23:25 UTC): Pong actor -> sink 0.936 of the raw env** (target 0.8).
-Its five bracketed runs gave 0.761, 0.978, 0.936, 0.977 and 0.887; the notes
-under the table list every run's ratio. A run of the same code 15 minutes
-earlier, with 3 runs per row, gave 0.737. Three runs right after that one
+11-25, 00:25 UTC): Pong actor -> sink 0.85 of the raw env** (target 0.8).
+Its five bracketed runs gave 0.850, 0.792, 0.862, 0.856 and 0.763; the notes
+under the table list every run's ratio. The actor now sends its 4.7 MB Pong
+chunks zero-copy from C++ (see transport); the ratio stayed in its range.
+The table before it (11-24, 23:25, before that change) gave 0.936, with runs
+of 0.761, 0.978, 0.936, 0.977 and 0.887. A run 15 minutes before that one,
+with 3 runs per row, gave 0.737. Three runs right after that one
 gave 0.771, 0.923 and 0.856, and the table before that session gave 0.958.
 The raw env ran at 3,400-4,070 steps/s that night. In process, a first_ready
 loop without the sink ran at 3,126 steps/s. There, the actor's thread used
@@ -173,12 +181,12 @@ what moved it:
   and 10 twice): 0.605 / 0.829 and 0.760 / 0.912 and 0.774 / 0.810; nice 5
   stays.
 
-The row "emulator on 1 core" (1.08 here; 0.99 and 1.16 in earlier tables) pins the emulator threads to one core in
+The row "emulator on 1 core" (0.98 here; 0.99, 1.08 and 1.16 in earlier tables) pins the emulator threads to one core in
 both columns: with first_ready the actor's one thread never waits for the
 policy, while the raw env's one thread idles while its loop draws random
 actions. CartPole's actor -> sink (0.61 here, 0.62-0.71 before) is a Python
 loop on one core against a raw env whose rate drifts by tens of percent
-within a minute; it has no target. The learner update ratio (Pong 0.92 here,
+within a minute; it has no target. The learner update ratio (Pong 1.05 here,
 0.82-1.02 in earlier tables; CartPole 1.05) moves with the machine's
 noise. The target is at most 1.10. Until 11-24 23:10 the learner-update row
 checked frames on the Python path, and CartPole came out at 1.06-1.09. The
