@@ -898,8 +898,11 @@ PyType_Slot kSendBufferSlots[] = {
                                   "(send_frame); the memory lives until the owner and every message are gone.")},
     {0, nullptr}};
 
-PyType_Spec kSendBufferSpec = {"zrl._core.SendBuffer", sizeof(SendBufferObject), 0, Py_TPFLAGS_DEFAULT,
-                               kSendBufferSlots};
+#ifndef Py_TPFLAGS_IMMUTABLETYPE  // (before Python 3.10)
+#define Py_TPFLAGS_IMMUTABLETYPE 0
+#endif
+PyType_Spec kSendBufferSpec = {"zrl._core.SendBuffer", sizeof(SendBufferObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, kSendBufferSlots};
 
 // send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or zmq errno: an
 // actor sends each chunk through this, so it is a METH_FASTCALL function rather than

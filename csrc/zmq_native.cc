@@ -85,24 +85,26 @@ int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int f
 }
 
 SendBlock* new_send_block(std::size_t size) {
-  const std::size_t rounded = (size + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-  auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, rounded ? rounded : 64));
-  if (!data) return nullptr;
-  std::memset(data, 0, rounded);
+  // calloc rather than aligned_alloc + memset: a large block comes from mmap, already
+  // zero, so no page is touched until Python writes it.
+  void* memory = std::calloc(size + 64, 1);
+  if (!memory) return nullptr;
   auto* block = new (std::nothrow) SendBlock;
   if (!block) {
-    std::free(data);
+    std::free(memory);
     return nullptr;
   }
+  const auto at = reinterpret_cast<uintptr_t>(memory);
   block->size = size;
-  block->data = data;
+  block->data = reinterpret_cast<uint8_t*>((at + 63) & ~static_cast<uintptr_t>(63));
+  block->memory = memory;
   return block;
 }
 
 void release_send_block(SendBlock* block) {
   // acq_rel: the last one to let go sees every write (and libzmq's reads) before it frees.
   if (block->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    std::free(block->data);
+    std::free(block->memory);
     delete block;
   }
 }

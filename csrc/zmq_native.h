@@ -81,7 +81,8 @@ int send(const ZmqApi& api, void* socket, const void* data, std::size_t n, int f
 struct SendBlock {
   std::atomic<int> refs{1};
   std::size_t size = 0;
-  uint8_t* data = nullptr;
+  uint8_t* data = nullptr;  // 64-byte aligned, inside `memory`
+  void* memory = nullptr;   // what calloc returned (zeroed lazily: large blocks come fresh from mmap)
 };
 SendBlock* new_send_block(std::size_t size);  // nullptr if out of memory
 void release_send_block(SendBlock* block);    // drops one reference

@@ -7,6 +7,9 @@ the same checks, the same rejections. Sockets are inproc pairs in one context.
 from __future__ import annotations
 
 import errno
+import gc
+import time
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -128,6 +131,8 @@ def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
     reference = impala_gate(False, cfg, cap=1 << 24)
     assert [summary(c) for c in got] == [outcome(reference, f) for f in expected]
     assert all(c[0] == "ok" for c in map(summary, got)) and len({c[0].seq for c in got}) == len(expected)
+    # The 120 KB chunk is of the size that lives in a SendBuffer (the native path sends it uncopied).
+    assert all((len(f) >= wire.SEND_ZERO_COPY_FROM) == (K == 1200) for f in expected)
     if native:  # messages from wire.RECV_COPY_BELOW up come out of ZeroMQ uncopied, and stay valid
         large = K > 2
         assert all(isinstance(c[0]._buf, memoryview if large else bytes) for c in got)
@@ -218,8 +223,9 @@ def test_a_full_queue_hands_back_the_finished_frame():
 
 
 def large_layout():
-    """A layout whose frames live in SendBuffers (wire.SEND_ZERO_COPY_FROM)."""
-    layout = wire.Layout(wire.Kind.TRAJECTORY, [("obs", np.uint8, (wire.SEND_ZERO_COPY_FROM,)), ("idx", np.int32, (4,))])
+    """A layout whose frames live in SendBuffers (wire.SEND_ZERO_COPY_FROM), large enough that
+    glibc maps each from the kernel: a freed one is unmapped, and reading it would crash."""
+    layout = wire.Layout(wire.Kind.TRAJECTORY, [("obs", np.uint8, (4 * wire.SEND_ZERO_COPY_FROM,)), ("idx", np.int32, (4,))])
     assert layout.capacity >= wire.SEND_ZERO_COPY_FROM
     return layout
 
@@ -256,11 +262,63 @@ def test_a_send_buffer_outlives_its_owner_while_zeromq_holds_it(pair):
     assert pusher.api is not None, transport.native_note()
     layout = large_layout()
     msg = layout.allocate()
-    msg.arrays["obs"][:] = np.arange(wire.SEND_ZERO_COPY_FROM) % 251
+    msg.arrays["obs"][:] = np.arange(4 * wire.SEND_ZERO_COPY_FROM) % 251
     assert pusher.send(msg, 3, 4, 5) is None
-    del msg, layout  # Python's last references to the buffer: libzmq's keeps the bytes
+    owner = weakref.ref(msg)
+    del msg, layout  # Python's last references to the buffer (a cycle: the layout keeps its frames)
+    gc.collect()
+    assert owner() is None  # the OutMessage and its SendBuffer are gone; libzmq's count keeps the bytes
     m = wire.decode(pull.recv(copy=False))
-    np.testing.assert_array_equal(m.arrays["obs"], np.arange(wire.SEND_ZERO_COPY_FROM) % 251)
+    np.testing.assert_array_equal(m.arrays["obs"], np.arange(4 * wire.SEND_ZERO_COPY_FROM) % 251)
+
+
+def wait_until(cond, what: str, timeout: float = 10.0) -> None:
+    """libzmq lets go of a sent frame on its I/O thread, with no event to wait on."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def test_over_tcp_libzmq_lets_go_from_its_own_thread(tmp_path):
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    try:
+        pull.bind("tcp://127.0.0.1:*")
+        push.connect(pull.getsockopt_string(zmq.LAST_ENDPOINT))
+        pusher = transport.Pusher(push)
+        assert pusher.api is not None, transport.native_note()
+        layout = large_layout()
+        sent = []
+        for seq in range(6):
+            msg = layout.allocate()
+            assert all(msg is not s for s in sent if s.send_buffer.in_flight)
+            msg.arrays["obs"][:] = seq
+            assert pusher.send(msg, 1, seq, 0, {"idx": 0}, wait=True) is None
+            sent.append(msg)
+        for seq in range(6):
+            m = wire.decode(pull.recv())  # a copy: nothing on this side holds the sender's bytes
+            assert m.seq == seq and (m.arrays["obs"] == seq).all()
+        wait_until(lambda: not any(s.send_buffer.in_flight for s in sent), "libzmq kept a sent frame")
+        assert layout.allocate() in sent
+    finally:
+        push.close(0)
+        pull.close(0)
+        ctx.term()
+
+
+def test_frames_never_sent_are_let_go_when_the_socket_closes():
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect("inproc://nobody-yet")  # queues until a peer binds, which none does
+    pusher = transport.Pusher(push)
+    assert pusher.api is not None, transport.native_note()
+    msg = large_layout().allocate()
+    assert pusher.send(msg, 1, 1, 0) is None
+    assert msg.send_buffer.in_flight == 1
+    push.close(0)  # linger 0: the queued message is dropped
+    ctx.term()
+    assert msg.send_buffer.in_flight == 0
 
 
 def test_a_large_frame_the_queue_refuses_is_handed_back_and_free():
