@@ -465,6 +465,13 @@ minute. The minutes below count from the first episode's end:
 
 ![pong, 25 minutes on the AVX2 machine](out/pong_avx2_25min.png)
 
+One actor instead of two does not bring the rise forward. A 14-minute run
+with `-o run.num_actors=1` (11-25, 00:44 UTC) trained at 1,830 env steps/s
+(7.3k frames/s), with a policy lag of 3.4-4.1 updates instead of 8-15. It
+got 9,510 updates, and the return was still -20.2 to -20.7 at the end.
+That is one seed against one, so it rules nothing out, but the config keeps
+its two actors.
+
 The 10-minute run of the shipped bench is below."""),
     ("soak", """## soak: resident memory over a long run
 
