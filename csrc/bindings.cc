@@ -743,15 +743,21 @@ void bind_replay(py::module_& m) {
           py::arg("state"));
 }
 
+// A Py_buffer released on scope exit; zeroed, so releasing one never filled (a failed
+// PyObject_GetBuffer, or one filled by hand with no owner) does nothing.
+struct BufferView {
+  Py_buffer v{};
+  BufferView() = default;
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  ~BufferView() { PyBuffer_Release(&v); }
+};
+
 // FrameGate.check runs once per received message: the frame is taken through the
 // raw buffer protocol (no py::buffer_info vectors), and the result is None or a
 // plain tuple.
 py::object gate_check(const zrl::FrameGate& gate, py::handle frame) {
-  struct View {
-    Py_buffer v;
-    ~View() { PyBuffer_Release(&v); }
-  };
-  View view;
+  BufferView view;
   if (PyObject_GetBuffer(frame.ptr(), &view.v, PyBUF_SIMPLE) != 0) throw py::error_already_set();
   // Python measures the frame with len(): in items. Vouch only where items are bytes.
   if (view.v.itemsize != 1) return py::none();
@@ -936,39 +942,36 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
     PyErr_SetString(PyExc_ValueError, "send_frame: null socket");
     return nullptr;
   }
-  if (Py_TYPE(args[1]) == send_buffer_type) {  // zero-copy: libzmq holds the block until it has sent it
-    zrl::SendBlock* block = reinterpret_cast<SendBufferObject*>(args[1])->block;
+  // The frame: a SendBuffer goes out without a copy (libzmq holds the block until it has
+  // sent it); any other writable buffer of bytes is copied by zmq_send.
+  zrl::SendBlock* block = nullptr;
+  BufferView view;  // (for a SendBuffer, filled here with no owner: nothing to release)
+  if (Py_TYPE(args[1]) == send_buffer_type) {
+    block = reinterpret_cast<SendBufferObject*>(args[1])->block;
     if (zrl::in_flight(*block) != 0) {  // stamping it would change a message libzmq is sending
       PyErr_SetString(PyExc_ValueError, "send_frame: the SendBuffer is still in flight");
       return nullptr;
     }
-    if (!zrl::stamp_header(block->data, block->size, seq, version, total)) {
-      PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zu-byte SendBuffer", total, block->size);
-      return nullptr;
-    }
-    int err = zrl::send_zero_copy(*api, sock, block, total, zrl::kZmqDontWait);
-    if (err == EAGAIN && wait) {
-      Py_BEGIN_ALLOW_THREADS
-      err = zrl::send_zero_copy(*api, sock, block, total, 0);
-      Py_END_ALLOW_THREADS
-    }
-    return PyLong_FromLong(err);
-  }
-  Py_buffer view;
-  if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) != 0) return nullptr;
-  auto* data = static_cast<uint8_t*>(view.buf);
-  if (view.itemsize != 1 || !zrl::stamp_header(data, static_cast<std::size_t>(view.len), seq, version, total)) {
-    PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zd-byte frame of bytes", total, view.len);
-    PyBuffer_Release(&view);
+    view.v.buf = block->data;
+    view.v.len = static_cast<Py_ssize_t>(block->size);
+    view.v.itemsize = 1;
+  } else if (PyObject_GetBuffer(args[1], &view.v, PyBUF_WRITABLE) != 0) {
     return nullptr;
   }
-  int err = zrl::send(*api, sock, data, total, zrl::kZmqDontWait);
+  auto* data = static_cast<uint8_t*>(view.v.buf);
+  if (view.v.itemsize != 1 || !zrl::stamp_header(data, static_cast<std::size_t>(view.v.len), seq, version, total)) {
+    PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zd-byte frame of bytes", total, view.v.len);
+    return nullptr;
+  }
+  auto send = [&](int flags) {
+    return block ? zrl::send_zero_copy(*api, sock, block, total, flags) : zrl::send(*api, sock, data, total, flags);
+  };
+  int err = send(zrl::kZmqDontWait);
   if (err == EAGAIN && wait) {
     Py_BEGIN_ALLOW_THREADS
-    err = zrl::send(*api, sock, data, total, 0);
+    err = send(0);
     Py_END_ALLOW_THREADS
   }
-  PyBuffer_Release(&view);
   return PyLong_FromLong(err);
 }
 

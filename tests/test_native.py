@@ -50,6 +50,13 @@ def native_off(monkeypatch):
     monkeypatch.setattr(transport, "_native", [])
 
 
+def native_pusher(sock) -> transport.Pusher:
+    """A Pusher on `sock` that sends through C++ (the path these tests are about)."""
+    pusher = transport.Pusher(sock)
+    assert pusher.api is not None, transport.native_note()
+    return pusher
+
+
 def drain_all(gate: wire.Gate, pull, n: int) -> list:
     out: list = []
     while len(out) < n:
@@ -200,8 +207,7 @@ def test_a_full_queue_hands_back_the_finished_frame():
     push = ctx.socket(zmq.PUSH)  # with no peer at all, a PUSH socket queues nothing
     push.setsockopt(zmq.LINGER, 0)
     try:
-        pusher = transport.Pusher(push)
-        assert pusher.api is not None, transport.native_note()
+        pusher = native_pusher(push)
         layout = wire.Layout(wire.Kind.TRAJECTORY, [("x", np.float32, (3,)), ("idx", np.int32, (4,))])
         msg = layout.allocate()
         msg.arrays["x"][:] = [1, 2, 3]
@@ -232,8 +238,7 @@ def large_layout():
 
 def test_a_large_frame_goes_out_uncopied_and_is_reused_only_once_zeromq_lets_go(pair):
     push, pull = pair
-    pusher = transport.Pusher(push)
-    assert pusher.api is not None, transport.native_note()
+    pusher = native_pusher(push)
     layout = large_layout()
     first = layout.allocate()
     assert type(first.send_buffer) is _core.SendBuffer and first.send_buffer.in_flight == 0
@@ -258,8 +263,7 @@ def test_a_large_frame_goes_out_uncopied_and_is_reused_only_once_zeromq_lets_go(
 
 def test_a_send_buffer_outlives_its_owner_while_zeromq_holds_it(pair):
     push, pull = pair
-    pusher = transport.Pusher(push)
-    assert pusher.api is not None, transport.native_note()
+    pusher = native_pusher(push)
     layout = large_layout()
     msg = layout.allocate()
     msg.arrays["obs"][:] = np.arange(4 * wire.SEND_ZERO_COPY_FROM) % 251
@@ -286,8 +290,7 @@ def test_over_tcp_libzmq_lets_go_from_its_own_thread(tmp_path):
     try:
         pull.bind("tcp://127.0.0.1:*")
         push.connect(pull.getsockopt_string(zmq.LAST_ENDPOINT))
-        pusher = transport.Pusher(push)
-        assert pusher.api is not None, transport.native_note()
+        pusher = native_pusher(push)
         layout = large_layout()
         sent = []
         for seq in range(6):
@@ -311,8 +314,7 @@ def test_frames_never_sent_are_let_go_when_the_socket_closes():
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.connect("inproc://nobody-yet")  # queues until a peer binds, which none does
-    pusher = transport.Pusher(push)
-    assert pusher.api is not None, transport.native_note()
+    pusher = native_pusher(push)
     msg = large_layout().allocate()
     assert pusher.send(msg, 1, 1, 0) is None
     assert msg.send_buffer.in_flight == 1
@@ -326,8 +328,7 @@ def test_a_large_frame_the_queue_refuses_is_handed_back_and_free():
     push = ctx.socket(zmq.PUSH)  # no peer: nothing is queued
     push.setsockopt(zmq.LINGER, 0)
     try:
-        pusher = transport.Pusher(push)
-        assert pusher.api is not None, transport.native_note()
+        pusher = native_pusher(push)
         msg = large_layout().allocate()
         frame = pusher.send(msg, 4, 11, 6, {"idx": 0})
         assert frame is not None and wire.decode(bytes(frame)).seq == 11
@@ -391,8 +392,7 @@ def test_a_timed_out_wait_hands_back_the_frame_on_both_paths(request, native):
 
 def test_numpy_integers_are_taken_as_pyzmqs_path_takes_them(pair):
     push, pull = pair
-    pusher = transport.Pusher(push)
-    assert pusher.api is not None, transport.native_note()
+    pusher = native_pusher(push)
     layout = wire.Layout(wire.Kind.TRAJECTORY, [("x", np.float32, (3,)), ("idx", np.int32, (4,))])
     assert pusher.send(layout.allocate(), np.int32(4), np.int64(11), np.uint64(6), {"idx": np.int64(2)}) is None
     assert pull.poll(5000)
