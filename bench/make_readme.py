@@ -472,6 +472,34 @@ got 9,510 updates, and the return was still -20.2 to -20.7 at the end.
 That is one seed against one, so it rules nothing out, but the config keeps
 its two actors.
 
+**Where the CPU goes, and three ways to more updates that did not help
+(11-25).** Per-thread CPU over 10 s of the shipped run (`schedstat`) on this
+machine: the learner's training thread 0.61 of a core, the 4 emulator
+threads 0.95, the 2 actors' main threads 0.37, at ~1,600 env steps/s. One
+update (8 x 20 steps) thus costs ~61 ms of learner CPU and ~130 ms of CPU
+on the env side (emulation ~590 us a step, acting ~230): the learner waits
+for data only ~5% of its time, yet two thirds of the CPU goes to making its
+data. The learner's update is near what these cores do (a profile: the two
+convs forward and backward take ~34 of its 55 ms alone, at ~55 GFLOP/s in
+fp32). So three runs of 10 minutes bought more updates per minute a
+different way, each one seed:
+
+| change | updates | env steps | policy lag | return, minute 1 -> 10 |
+| ------ | ------- | --------- | ---------- | ---------------------- |
+| none (the bench run below) | ~6,300 | 1,011,360 | 10.3 | -20.56 -> -20.23 |
+| two gradient steps on each batch (a trial `learner.passes: 2`, not kept) | 7,602 | 608,640 | 38 | -20.6 -> -20.6 |
+| `actor.unroll_length: 10` (batches of 8 x 10) | 10,381 | 830,720 | 14 | -20.1 -> -20.2 |
+| `algo.normalize_advantages: true` | (stopped at 5 min) | - | 8-17 | -20.5 -> -21.0 from minute 3 |
+
+Twice the updates (unroll 10) in 10 minutes is more than the AVX-512 runs
+had when they rose (7,000-10,000), and the return did not move: on this
+config the rise needs frames as well as updates. Every run that rose had
+seen at least ~5M frames first (4.8M in the 25-minute run above, 6-8M on the
+AVX-512 machine), and this machine reaches 5M after ~12 minutes. Reusing each batch slowed the actors (blocked on a full queue) and
+quadrupled the policy lag; advantages standardised over each batch of 160
+steps, nearly all of them without a reward, drove the policy to lose every
+point (-21.0). The config is unchanged.
+
 The 10-minute run of the shipped bench is below."""),
     ("soak", """## soak: resident memory over a long run
 
