@@ -223,11 +223,17 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
 @click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
 @click.option("--quick", is_flag=True, help="Small sizes and few repeats (a smoke test, not a measurement).")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
-def bench(name, out, quick, repeats):
+@click.option("--seconds", type=click.FloatRange(min=10), default=None,
+              help="Length of the timed runs of pong and soak (default 600; --quick: 90 and 40). A slower CPU "
+                   "needs longer to see Pong's return rise: bench/README.md.")
+def bench(name, out, quick, repeats, seconds):
+    from zrl.bench.harness import TIMED
     from zrl.bench.runner import run_benchmarks
 
+    if seconds is not None and name != "all" and name not in TIMED:
+        raise click.UsageError(f"--seconds sets the length of a timed run ({', '.join(TIMED)}); {name} has none")
     try:
-        run_benchmarks(name, out, quick=quick, repeats=repeats)
+        run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
     except BenchUnavailable as e:
         raise click.ClickException(str(e)) from None
 

@@ -5,15 +5,19 @@ import importlib
 from pathlib import Path
 
 from zrl.bench import BENCHMARKS
-from zrl.bench.harness import BenchOptions, format_table, write_result
+from zrl.bench.harness import TIMED, BenchOptions, format_table, write_result
 
 
-def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int = 5) -> list:
+def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int = 5, seconds: float | None = None) -> list:
+    """seconds: the length of the timed runs (pong, soak: TIMED); ValueError for a benchmark
+    that has none."""
     names = list(BENCHMARKS) if name == "all" else [name]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise KeyError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(BENCHMARKS)}, all)")
-    opts = BenchOptions(out=Path(out), quick=quick, repeats=repeats)
+    if seconds is not None and name != "all" and name not in TIMED:
+        raise ValueError(f"--seconds sets the length of a timed run ({', '.join(TIMED)}); {name} has none")
+    opts = BenchOptions(out=Path(out), quick=quick, repeats=repeats, seconds=seconds)
     results = []
     for n in names:
         print(f"== zrl bench {n}{' (quick)' if quick else ''}", flush=True)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(opts: BenchOptions) -> BenchResult:
-    seconds = 40.0 if opts.quick else 600.0
+    seconds = opts.seconds or (40.0 if opts.quick else 600.0)
     interval = 1.0 if opts.quick else 5.0
     result = BenchResult(
         name="soak",
