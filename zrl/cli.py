@@ -227,11 +227,12 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
               help="Length of the timed runs of pong and soak (default 600; --quick: 90 and 40). A slower CPU "
                    "needs longer to see Pong's return rise: bench/README.md.")
 def bench(name, out, quick, repeats, seconds):
-    from zrl.bench.harness import TIMED
-    from zrl.bench.runner import run_benchmarks
+    from zrl.bench.runner import check_seconds, run_benchmarks
 
-    if seconds is not None and name != "all" and name not in TIMED:
-        raise click.UsageError(f"--seconds sets the length of a timed run ({', '.join(TIMED)}); {name} has none")
+    try:
+        check_seconds(name, seconds)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
     try:
         run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
     except BenchUnavailable as e:

@@ -8,6 +8,12 @@ from zrl.bench import BENCHMARKS
 from zrl.bench.harness import TIMED, BenchOptions, format_table, write_result
 
 
+def check_seconds(name: str, seconds: float | None) -> None:
+    """ValueError unless `name` takes a run length (or none is given)."""
+    if seconds is not None and name != "all" and name not in TIMED:
+        raise ValueError(f"--seconds sets the length of a timed run ({', '.join(TIMED)}); {name} has none")
+
+
 def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int = 5, seconds: float | None = None) -> list:
     """seconds: the length of the timed runs (pong, soak: TIMED); ValueError for a benchmark
     that has none."""
@@ -15,8 +21,7 @@ def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise KeyError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(BENCHMARKS)}, all)")
-    if seconds is not None and name != "all" and name not in TIMED:
-        raise ValueError(f"--seconds sets the length of a timed run ({', '.join(TIMED)}); {name} has none")
+    check_seconds(name, seconds)
     opts = BenchOptions(out=Path(out), quick=quick, repeats=repeats, seconds=seconds)
     results = []
     for n in names:
