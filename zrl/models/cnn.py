@@ -243,7 +243,8 @@ class Int8Torso:
 
     Measured on 2 cores (AVX-512 VNNI, Pong, 8 frames, one thread, alone): a bf16
     actor's act() ~195 us against ~265 with the int8 first conv and the rest in
-    bf16. Each weights update costs ~0.8 ms (requantizing ~0.6, calibrating ~0.2).
+    bf16. Each weights update costs ~0.8 ms (requantizing ~0.6, calibrating ~0.2); on the
+    AVX2-only EPYC below, ~2.1 ms (the weights' copy into the model included).
     The features' error is ~2% of the largest (the int8 first conv with bf16:
     ~1.5%); on a partly trained Pong model the policy's KL from the fp32 one was
     at most 2e-5 over 240 frames. On an AVX2-only CPU (AMD EPYC, conv weights at
@@ -434,8 +435,11 @@ class Int8Torso:
         # The FC reads the last conv's output in channels_last order (h, w, c): its columns are
         # relaid out to match (once per weights update, not once per call).
         if self._native:
-            # [K / 4, hidden, 4], K in channels_last order: runs of 4 channels at each (h, w). One copy.
-            self._fc_q = q.view(rows, c // 4, 4, h, w).permute(3, 4, 1, 0, 2).contiguous().view(-1, rows, 4).numpy()
+            # [K / 4, hidden, 4], K in channels_last order: runs of 4 channels at each (h, w). Two
+            # copies: each row to channels_last, then the [hidden, K / 4] runs of 4 bytes transposed
+            # as int32s (Pong's FC: ~0.33 ms on AVX2, against ~1 ms for one 5-d permute of bytes).
+            runs = np.ascontiguousarray(q.numpy().transpose(0, 2, 3, 1)).view(np.int32).reshape(rows, -1)
+            self._fc_q = np.ascontiguousarray(runs.T).view(np.int8).reshape(-1, rows, 4)
         else:
             q = q.permute(0, 2, 3, 1).reshape(rows, -1)
             if self._int_mm:
