@@ -26,11 +26,13 @@ live here, never in the test suite. This page is rebuilt from the latest
 outputs by `python bench/make_readme.py`.
 
 The tables below were measured on the development machine: 2 vCPUs (AMD EPYC,
-x86-64: with AVX-512, VNNI and BF16 for most tables, AVX2 only for the latest
-pipeline table; a table's stamp names the SIMD level where it was recorded), 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU,
-shared with other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the
-replay gets its speed) and [TRANSPORT.md](TRANSPORT.md) (where transport time
-goes, and the frame-reuse change it led to).
+x86-64: some sessions had one with AVX-512, VNNI and BF16, later ones one
+with AVX2 only; stamps from 11-24 on name the SIMD level, older ones do not),
+24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU, shared with
+other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the replay gets its
+speed), [TRANSPORT.md](TRANSPORT.md) (where transport time goes, and the
+changes it led to) and [PIPELINE.md](PIPELINE.md) (what moved the Pong
+actor's rate, and what did not).
 """
 
 SECTIONS = [
@@ -119,200 +121,29 @@ receiver thread runs them; collate, loss with the C++ V-trace, backward,
 clip, step, weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**This table is from an AVX2-only CPU (AMD EPYC, no AVX-512, VNNI or BF16;
-11-25, 00:25 UTC): Pong actor -> sink 0.85 of the raw env** (target 0.8).
-Its five bracketed runs gave 0.850, 0.792, 0.862, 0.856 and 0.763; the notes
-under the table list every run's ratio. The actor now sends its 4.7 MB Pong
-chunks zero-copy from C++ (see transport); the ratio stayed in its range.
-The table before it (11-24, 23:25, before that change) gave 0.936, with runs
-of 0.761, 0.978, 0.936, 0.977 and 0.887. A run 15 minutes before that one,
-with 3 runs per row, gave 0.737. Three runs right after that one
-gave 0.771, 0.923 and 0.856, and the table before that session gave 0.958.
-The raw env ran at 3,400-4,070 steps/s that night. In process, a first_ready
-loop without the sink ran at 3,126 steps/s. There, the actor's thread used
-105 µs of CPU per env step: act() took 78 µs of it (~620 µs per batch of 8
-next to the emulator threads, against ~400 alone), bookkeeping 16 and
-waiting 9. That is 0.33 of a core taken from the emulator. So 0.8 holds in
-most runs and most tables, not in all of them. The session before
-the one that built first_ready and the int8 kernel had stopped at 0.664 here, with
-the code that reached 0.853 on the AVX-512 machine (its table is kept below,
-"pipeline on the AVX-512 machine"). On this CPU the emulator costs ~700 µs of
-CPU per env step (263 on the AVX-512 machine) and the raw env drifts between
-2,500 and 3,500 steps/s within minutes, so every ratio below is a median of
-runs bracketed by raw runs (`sink_against_raw`). What was in the way, and
-what moved it:
-- **The policy's CPU.** Without int8 dot products oneDNN's int8 torso took
-  ~600-780 µs on 8 frames (fp32 1,000-1,230; bf16 is emulated there, 6,500);
-  act() on 8 frames 727 µs alone, ~1.1 ms next to the emulator threads; the
-  actor's thread 160-196 µs of CPU per env step. **zrl's own int8 kernel**
-  (`_core.int8_layer`, used by `actor.int8_torso` on CPUs with AVX2 and no
-  VNNI): one loop for both convolutions and the FC, 4 output positions x 16
-  outputs per tile, each run of 4 input bytes (along the first conv's kernel
-  width in the NCHW pixels, along the channels in the later layers' NHWC
-  activations) read in place and broadcast into vpmaddubsw against 16
-  outputs' 4 weights, vpmaddwd by ones into int32 accumulators; no relayout
-  of the pixels and no im2col. The torso on 8 frames ~340-370 µs (first conv
-  160, second 62, FC 62: ~85 billion multiply-adds per second on one core,
-  oneDNN's ~45 for the convs and ~30 for the FC), act() 413 µs alone; the
-  same quantized weights, scales and rounding as oneDNN's path (the tests
-  hold both to the float torso, and the kernel to its definition). A weights
-  update costs the actor ~4 ms (requantizing, repacking, calibrating).
-  Actor -> sink in 2 alternating rounds (3 bracketed pairs each): 0.986 and
-  0.873 with it, 0.789 and 0.831 with oneDNN's int8.
-- **Idle emulator threads.** With fixed groups stepped in turn (24 envs in 3
-  groups of 8, each group's envs on 2 threads) the machine idled 0.25-0.3 of
-  its 2 cores against 0.14-0.17 in the raw env: a group's threads wait in the
-  tail of its synchronous batch unless another group has work queued.
-  Groups helped a little (16 in 2: 0.622 and 0.633 of raw; 24 in 3: 0.680
-  and 0.700; 32 in 4: 0.673). **`actor.env_batching: first_ready`** runs the
-  24 envs in one AtariVectorEnv in ale_py's asynchronous mode: the policy
-  acts on the first 8 to finish, whichever they are, and
-  `zrl.actors.streams.ReadyStreams` files their steps under the fixed
-  groups' recorders, so chunks are what fixed groups give. A stand-in loop
-  spinning 1.3 ms of CPU per batch of 8 instead of acting: 2,610-2,910
-  steps/s idling 0.02-0.03 cores, against 2,230-2,690 idling 0.19-0.23 with
-  3 groups (4 alternating rounds). Actor -> sink (oneDNN's int8 then): 0.771
-  against 0.690 for groups in one bracketed round; 0.76-0.83 in three more.
-  (On the AVX-512 machine this mode had measured slower than two groups with
-  the same stand-in; its actor has not been measured there with
-  first_ready.) The streams' bookkeeping is per env in plain Python (numpy's
-  per-call cost dominated a vectorised version: 115 against 47 µs per batch),
-  and the rows go straight into the recorder's chunk (`Recorder.obs_buffer`).
-- `env.thread_nice` 0 / 5 / 10 / 19 with first_ready (one round each, 5
-  and 10 twice): 0.605 / 0.829 and 0.760 / 0.912 and 0.774 / 0.810; nice 5
-  stays.
+**Where it stands.** The table is from an AVX2-only CPU (AMD EPYC, no
+AVX-512, VNNI or BF16; 11-25):
+- Pong actor -> sink: 0.85 of the raw env (target 0.8). 0.8 holds in most
+  runs, not all: single runs since 11-24 gave 0.76-0.98 on this CPU (one table's
+  median 0.74), and
+  0.82-0.86 in all 7 runs on an AVX-512 machine. With a core of its own for
+  the policy (the row "emulator on 1 core") the actor runs at the
+  emulator's speed: 0.98 here, 0.96 there.
+- Why not always: on 2 cores the emulator threads alone keep both cores busy
+  (~500-700 µs of CPU per env step here), so every µs the actor's own thread
+  spends acting (~105 µs per env step: zrl's int8 CNN kernel and Python) is
+  taken from them, and the raw env's rate drifts by tens of percent within
+  minutes. Each ratio is therefore a median of actor runs bracketed by raw
+  runs.
+- Learner update against a plain PyTorch loop on the same batch: 1.05 for
+  Pong and CartPole (target at most 1.10; 0.82-1.09 across tables).
+- `zrl run` with 2 Pong actors: ~1,700 env steps/s here, the learner
+  waiting for data 4% of its time (it is the bottleneck: fp32, no native
+  bf16 on this CPU); CartPole's rows have no target.
 
-The row "emulator on 1 core" (0.98 here; 0.99, 1.08 and 1.16 in earlier tables) pins the emulator threads to one core in
-both columns: with first_ready the actor's one thread never waits for the
-policy, while the raw env's one thread idles while its loop draws random
-actions. CartPole's actor -> sink (0.61 here, 0.62-0.71 before) is a Python
-loop on one core against a raw env whose rate drifts by tens of percent
-within a minute; it has no target. The learner update ratio (Pong 1.05 here,
-0.82-1.02 in earlier tables; CartPole 1.05) moves with the machine's
-noise. The target is at most 1.10. Until 11-24 23:10 the learner-update row
-checked frames on the Python path, and CartPole came out at 1.06-1.09. The
-learner's receiver uses the C++ gate, and the row now does too: CartPole
-1.04-1.05 since.
-
-**On the AVX-512 machine: Pong actor -> sink 0.853 in its table, and
-0.82-0.86 in all 7 runs with the int8 torso below** (11-24, a later session: 6 A/B runs, median 0.83, and
-that table's). Before it, 0.8 held in some runs only: 0.70-0.88 across
-sessions with the same code, median 0.79 in the A/B's runs without it; a
-quiet machine or a slow raw env moved the ratio by as much as any change did.
-**With a core of its own for the policy it ran at the emulator's speed:
-0.958 in its table** (the row "emulator on 1 core": every emulator thread
-pinned to one core, in the actor and in the raw env alike, so the other core
-is the policy's; 0.91-1.02 in earlier runs). On 2 cores the
-emulator alone keeps both cores busy (raw: 263 µs of CPU per env step at
-1.93 cores), so every µs the policy spends comes out of the emulator's
-share. Profile of one actor on 11-24, before the int8 first conv (8 envs
-per group, 2 groups, bf16 policy in channels_last; `/proc` per-thread CPU): the emulator threads 240
-µs of CPU per env step, the actor's thread 70 µs, of which the policy
-(`act`) 60 µs, and the machine idle 0.13 core. The policy costs 44 µs per
-frame alone and 60 next to the emulator threads (cache contention); its
-convolutions and FC run at 150-300 GFLOP/s in bf16, near what one core does
-with library kernels. A stand-in loop that spins 60 µs per env step instead
-of acting reaches 0.77-0.80. At that profile's 310 µs of CPU per env step,
-0.8 of raw needs 1.9 cores busy (the actor keeps 1.83-1.87 busy), or about
-5% less CPU per step from the actor's thread and the emulator's together;
-or a core of its own for the policy (more cores than emulator threads).
-With the int8 first conv (11-24, `/proc` per-thread CPU over 15 s of actor ->
-sink at 5,268 steps/s): emulator threads 265 µs per env step, the actor's
-thread 72, ZeroMQ's I/O threads 3.4 (actor) and 5.2 (sink), the machine idle
-0.16 core. act() on 8 frames costs 426 µs of CPU next to the emulator threads
-against 275 alone (a loop of step_wait, act and step_async alone, timed
-inside: 5,715 steps/s; the hand-over to the emulator threads 22 µs). That
-1.55x is the contention of sharing the machine (caches, and on a 2-vCPU VM
-likely the two hyperthreads of one core), not time-slicing: the actor's
-thread is on a CPU for 97% of its act() calls. A stand-in that spins 45 µs
-per frame instead of acting reaches 0.84-0.92. ale_py's own asynchronous mode
-(16 envs, batches of the first 8 ready) was slower than two groups with the
-same stand-in: 0.68-0.79 against 0.84-0.92.
-
-What moved it, each A/B in alternating runs:
-- The next group's actions go out as soon as they are computed: 3.5-4.1k to
-  4.0-4.2k steps/s.
-- `actor.precision: auto` acts in bf16: 2.8-3.1k to 3.5-3.6k steps/s.
-- The 1/255 scaling of uint8 frames moved onto the first conv's weights:
-  0.52 to 0.47 ms per forward pass over 8 frames alone; actor -> sink inside
-  the noise.
-- **Emulator threads that give way** (`env.thread_nice`, default 5): woken
-  emulator threads preempted the actor's thread each time it handed a group
-  its actions (`perf` saw it preempted in `sem_post`): the hand-over took
-  0.67-0.74 ms of wall time against 14 µs when nothing runs, leaving the
-  policy half done while the other group ran out of work. As SCHED_BATCH
-  threads, 5 nicer, they never preempt on wake-up: the hand-over takes
-  0.04-0.06 ms. Two A/Bs of 4 alternating runs each: median 0.632 to 0.712
-  (a first version) and 0.635 (0.58-0.67) to 0.700 (0.68-0.73) with the
-  shipped code; nice 10 and SCHED_IDLE measured the same as nice 5.
-- **Channels-last convolutions with a C++ relayout of the frames** (11-24):
-  the policy's act() on 8 frames alone 51 to 44 µs per frame; actor -> sink
-  in an A/B of 3 alternating runs, median 0.746 without to 0.771 with (that
-  day's table, 0.746, was with it: the same figure by chance). PyTorch's own cast
-  and relayout cost ~12 µs per frame, which had eaten the gain when it was
-  tried before; zrl's kernel does both in one pass in ~3.7 µs. The learner
-  gains more: a Pong update on 8 x 20 steps 51 to 28 ms in fp32, 19-20 to
-  18-19 ms in bf16 (`learner_overhead`'s zrl step, 2 runs each).
-- **The first conv in int8 on the uint8 pixels** (`actor.int8_first_conv:
-  auto`, 11-24): oneDNN's int8 convolution (AVX-512 VNNI here) takes the
-  frames as uint8, relaid out by a C++ kernel (3.6 µs for 8 frames, against
-  32 µs for the bf16 cast-and-relayout), with int8 weights per output channel
-  and the ReLU fused: act() on 8 frames alone 333 to 275 µs. Actor -> sink in
-  an A/B of 6 alternating pairs (the C++ draw in both): median 0.756
-  (0.731-0.803) without, 0.781 (0.770-0.785) with, paired mean +0.023.
-- **Categorical actions drawn in C++** (11-24): inverse CDF at a uniform from
-  torch's generator, and the log-probability with it, in one pass, instead of
-  multinomial, log_softmax and gather (25-30 µs per call in ops and checks);
-  with the 256 -> 6 head layer in fp32 (oneDNN's bf16 one takes 15 µs on 8
-  rows, fp32 2.5 µs): act() on 8 frames 376 to 333 µs. Not A/B'd alone.
-- **The whole shallow CNN in int8** (`actor.int8_torso: auto`, 11-24, a
-  later session): the attempt below lost its gain to quantizing activations
-  on every call. Here no pass quantizes them: oneDNN's int8 convolutions write
-  their outputs as 8-bit integers at a scale fixed in advance (uint8 into the
-  second conv, int8 0..127 out of it), calibrated on the frames being acted on
-  at each weights update and every 128 calls, and the FC is `torch._int_mm`
-  on int8 (32 against 57 µs for bf16 on 8 rows). oneDNN's own int8 linear
-  needs its weights prepacked, ~2 ms per weights update, so the FC's weights
-  are requantized by a C++ kernel instead (`_core.quantize_rows`, built for
-  AVX2 and SSE2 and picked at load: 0.23 ms against 0.73 for SSE2 alone and
-  1-2 ms in PyTorch ops). On CPUs without int8 dot products (AVX2 alone, a
-  later session) `_int_mm` is ~15x slower (3.6 ms for 8 rows), so there the
-  FC is oneDNN's int8 linear, its weights prepacked at each weights update
-  (~0.5 ms), and the convolutions' weights take 63 levels a side, not 127:
-  pre-VNNI kernels add pairs of u8 x s8 products in saturating int16 (a white
-  frame through 127-level weights came out wrong; the tests check it). There
-  a weights update costs the actor ~3.3 ms (requantizing 2.1, calibrating
-  0.65). On the AVX-512 machine: act() on 8 frames alone 265 to 193-199 µs; the
-  policy's KL from the fp32 one on a partly trained Pong model at most 2e-5
-  (240 frames). Actor -> sink in 6 alternating pairs (two A/B sessions):
-  0.757-0.831 without (median 0.79), 0.819-0.856 with (median 0.83), paired
-  mean +0.05. In `zrl run` (2 actors, 87 s, 2 alternating pairs) env steps/s
-  4,461 and 4,283 without, 4,298 and 4,407 with: the same, as the run is
-  learner-bound, and each weights update costs an actor ~0.8 ms
-  (requantizing 0.6, calibrating 0.2), about what it saves in act() at the
-  ~270 calls/s of an actor in a training run.
-- Tried and not kept (11-24), then superseded by the above: int8 for the
-  second conv and the FC too, with the activations quantized per call. oneDNN's int8 kernels are faster (conv2
-  30 against 54 µs, FC 33 against 61), but quantizing the activations costs
-  19 µs (conv2's input, 51k values, a C++ pass compiled for SSE2) or ~20 µs
-  in PyTorch ops, leaving ~6 µs per frame for a per-call scale that rounds
-  small activations coarsely; PyTorch's fbgemm dynamic quantization goes
-  through its deprecated quantized tensors.
-- Tried and not kept on the AVX-512 machine, taken since on the AVX2 one
-  (above): more groups (24 envs in 3, 32 in 4) and wider ones
-  (32 in 2): 0.67-0.71, the same within noise (11-24, with channels-last:
-  24 in 3 0.756 against 0.762; with the int8 first conv, 4 rounds: 16 in 2
-  median 0.718 (0.70-0.75), 24 in 3 0.786 (0.68-0.82), 32 in 4 0.736
-  (0.71-0.76), each against its own raw env; on a quieter machine, raw at
-  7.3-8.4k, 4 rounds: 16 in 2 median 0.802 (0.78-0.88), 32 in 2 0.815
-  (0.76-0.88), 24 in 2 0.829 (0.78-0.86), acting on 16 or 12 frames a call
-  instead of 8); one emulator thread per group: 0.65 (11-24:
-  0.653 against 0.706); TorchScript freezing: 10% off the forward pass, but
-  it would have to be redone on every weights update; oneDNN-prepacked
-  weights with the ReLUs fused (PyTorch's private `mkldnn` ops): act() on
-  8 frames alone 48.5 to 41 µs per frame, but actor -> sink in an A/B of 5
-  alternating runs (11-24) median 0.765 without, 0.746 with (paired mean
-  +0.008), so not worth private ops and a repack on every weights update."""),
+What moved the ratio and what did not (int8 CNN kernels, acting on the first
+envs ready, emulator threads that give way, channels-last, C++ sampling),
+each with its A/B runs: [PIPELINE.md](PIPELINE.md)."""),
     ("pipeline_avx512", """## pipeline on the AVX-512 machine (kept)
 
 The pipeline benchmark as earlier sessions measured it on an AMD EPYC with

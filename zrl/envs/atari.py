@@ -129,7 +129,7 @@ def _yield_to_caller(new: set[int], expected: int, nice: int) -> list[int]:
     the other group runs out of work. As SCHED_BATCH threads, nice + the caller's
     nice, they never preempt on wake-up and take what the policy leaves: on 2
     cores a Pong actor -> sink went from a median 0.635 of the raw env to 0.700
-    (bench/README.md, pipeline). Threads are told apart by appearing
+    (bench/PIPELINE.md). Threads are told apart by appearing
     during the constructor; if more or fewer than the `expected` workers appeared
     (another thread started meanwhile), nothing is changed. Returns the tids changed.
     """
