@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 import threading
 
 import gymnasium as gym
@@ -109,6 +110,17 @@ def test_calls_out_of_order_and_bad_observations(ctx, make_server):
         s.send(b"garbage")
         assert s.poll(10_000)
         assert wire.decode(s.recv()).kind == wire.Kind.ERROR
+        # An empty obs with dims no array can have (0 bytes, so its length checks out):
+        # refused as bad_shape, and the server goes on serving.
+        huge = bytearray(wire.encode(wire.Kind.ACT, {"obs": np.zeros((0, 1, 1, 1), np.float32), "reward": np.float32(0), "flags": np.uint8(1)}, seq=4))
+        struct.pack_into("<3I", huge, wire.HEADER_SIZE + 44, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)  # dims 1-3 of array 0
+        s.send(bytes(huge))
+        assert s.poll(10_000)
+        reply = wire.decode(s.recv())
+        assert reply.kind == wire.Kind.ERROR and "bad_shape" in reply.text()
+        s.send(wire.encode(wire.Kind.ACT, {"obs": np.zeros(4, np.float32), "reward": np.float32(0), "flags": np.uint8(1)}, seq=5))
+        assert s.poll(10_000)
+        assert wire.decode(s.recv()).kind == wire.Kind.ACTION
     finally:
         s.close()
     assert server.stats.rejected["refused"] >= 1 and server.stats.rejected["bad_shape"] >= 1

@@ -46,6 +46,19 @@ def test_round_trip_scalars_empty_arrays_and_meta():
     assert msg.json() == {"role": "actor", "n": [1, 2]}
 
 
+def test_big_endian_arrays_cross_as_their_values():
+    a = np.array([21.0, -3.5], dtype=">f8")
+    msg = wire.decode(frame(Kind.STATS, {"episode_return": a, "n": np.array([7, 8], ">i4")}))
+    assert msg.arrays["episode_return"].dtype == np.dtype("<f8")
+    np.testing.assert_array_equal(msg.arrays["episode_return"], [21.0, -3.5])
+    np.testing.assert_array_equal(msg.arrays["n"], [7, 8])
+    # A Layout declared big-endian fills little-endian views: values convert as written.
+    out = wire.Layout(Kind.STATS, [("r", ">f4", (2,))]).allocate()
+    out.arrays["r"][:] = np.array([1.5, 2.5], ">f4")
+    got = wire.decode(bytes(out.finish(sender_id=0, seq=1, policy_version=0)))
+    np.testing.assert_array_equal(got.arrays["r"], [1.5, 2.5])
+
+
 def test_arrays_are_views_over_the_frame_not_copies():
     data = bytearray(frame())
     msg = wire.decode(data)
@@ -243,6 +256,20 @@ def test_rejects_bad_lengths():
     assert reason_of(patch_descriptor(f, 0, "offset", 8)) == Reason.BAD_LENGTH  # points into the header
     big = patch_descriptor(f, 0, "offset", 1 << 40)
     assert reason_of(big) == Reason.BAD_LENGTH
+
+
+def test_rejects_an_empty_shape_no_array_can_have():
+    # nbytes is 0 (one dim is 0), but numpy would refuse a view of this shape: a
+    # plain ValueError from msg.arrays would have escaped the receivers' WireError handling.
+    empty = frame(arrays={"x": np.zeros((0, 1, 1, 1), np.float32)})
+    huge = empty
+    for d in ("d1", "d2", "d3"):
+        huge = patch_descriptor(huge, 0, d, 0xFFFFFFFF)
+    assert reason_of(huge) == Reason.BAD_SHAPE
+    # At the limit: 4 * (2^32 - 1) * (2^29 - 1) bytes < 2^63 is a view; 4 * (2^32 - 1) * 2^31 is not.
+    edge = patch_descriptor(patch_descriptor(empty, 0, "d1", 0xFFFFFFFF), 0, "d2", 0x1FFFFFFF)
+    assert wire.decode(edge).arrays["x"].shape == (0, 0xFFFFFFFF, 0x1FFFFFFF, 1)
+    assert reason_of(patch_descriptor(edge, 0, "d2", 0x80000000)) == Reason.BAD_SHAPE
 
 
 def test_rejects_duplicate_names():

@@ -44,6 +44,7 @@ DESCRIPTOR_SIZE = DESCRIPTOR.size
 ALIGN = 64
 MAX_DIMS = 6
 MAX_ARRAYS = 64
+MAX_VIEW_BYTES = np.iinfo(np.intp).max  # numpy's limit on the bytes an array's shape spans, empty or not
 NAME_BYTES = 32
 # Gate.drain copies a smaller message out of ZeroMQ into bytes and hands a larger one
 # over as a view of ZeroMQ's own memory. A copy costs ~0.04 us per KB and a view ~0.2 us
@@ -169,9 +170,9 @@ def encode(
     layout = Layout(kind, specs, meta_len=len(meta_b))
     buf = bytearray(layout.capacity)
     layout.write_header(buf, sender_id=sender_id, seq=seq, policy_version=policy_version, meta=meta_b)
-    for (name, a), (off, nbytes) in zip(items, layout.regions):
+    for (name, a), dt, (off, nbytes) in zip(items, layout.dtypes, layout.regions):
         if nbytes:
-            src = np.ascontiguousarray(a)
+            src = np.ascontiguousarray(a, dtype=dt)  # (dt: little-endian)
             buf[off : off + nbytes] = src.view(np.uint8).reshape(-1).data
     return buf
 
@@ -192,7 +193,9 @@ class Layout:
         self.names = [s[0] for s in specs]
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"duplicate array names in {self.names}")
-        self.dtypes = [np.dtype(s[1]) for s in specs]
+        # Frames are little-endian: a big-endian dtype is sent as its little-endian twin
+        # (a view of this dtype converts what is written into it; encode converts).
+        self.dtypes = [np.dtype(s[1]).newbyteorder("<") for s in specs]
         self.shapes = [tuple(int(d) for d in s[2]) for s in specs]
         self._shapes_t = tuple(self.shapes)
         for name, shape in zip(self.names, self.shapes):
@@ -522,6 +525,9 @@ def _parse_descriptors(buf, n_arrays: int) -> tuple[ArrayInfo, ...]:
         shape = dims[:ndim]
         if nbytes != dt.itemsize * math.prod(shape):
             raise WireError(Reason.BAD_LENGTH, f"array {name!r}: {nbytes} bytes for shape {shape} of {dt}")
+        if not nbytes and dt.itemsize * math.prod(d for d in shape if d) > MAX_VIEW_BYTES:
+            # Empty, but numpy would refuse the view (it multiplies the non-zero dims too).
+            raise WireError(Reason.BAD_SHAPE, f"array {name!r}: shape {shape} of {dt} is past what an array can index")
         if offset % dt.itemsize:
             raise WireError(Reason.BAD_DESCRIPTOR, f"array {name!r}: offset {offset} not aligned to {dt.itemsize}")
         infos.append(ArrayInfo(name, dt, shape, offset, nbytes))
