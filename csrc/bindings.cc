@@ -774,7 +774,7 @@ void bind_gate(py::module_& m) {
       .def(
           "add",
           [](zrl::FrameGate& self, py::bytes block, uint64_t first, uint64_t end,
-             const py::iterable& bounds, const py::iterable& marks) {
+             const py::iterable& bounds, const py::iterable& marks, const py::iterable& finite) {
             std::vector<zrl::GateBound> bs;
             for (py::handle item : bounds) {
               auto t = item.cast<py::tuple>();
@@ -792,12 +792,20 @@ void bind_gate(py::module_& m) {
               ms.push_back(zrl::GateMarks{t[0].cast<uint64_t>(), t[1].cast<uint64_t>(), t[2].cast<uint64_t>(),
                                           t[3].cast<uint64_t>(), t[4].cast<uint64_t>()});
             }
-            return self.add(std::string(block), first, end, bs, ms);
+            std::vector<zrl::GateFinite> fs;
+            for (py::handle item : finite) {
+              auto t = item.cast<py::tuple>();
+              if (t.size() != 3) throw py::value_error("finite: expected (offset, count, itemsize) tuples");
+              fs.push_back(zrl::GateFinite{t[0].cast<uint64_t>(), t[1].cast<uint64_t>(), t[2].cast<uint32_t>()});
+            }
+            return self.add(std::string(block), first, end, bs, ms, fs);
           },
           py::arg("block"), py::arg("first"), py::arg("end"), py::arg("bounds"), py::arg("marks") = py::tuple(),
+          py::arg("finite") = py::tuple(),
           "Registers a descriptor block with the arrays' byte span, the bounds "
-          "[(offset, count, itemsize, bound)] and the marks rules [(index_offset, index_count, "
-          "marked_offset, excluded_offset, flags_count)]; returns its id (a full gate reuses its "
+          "[(offset, count, itemsize, bound)], the marks rules [(index_offset, index_count, "
+          "marked_offset, excluded_offset, flags_count)] and the finite rules [(offset, count, "
+          "itemsize)] (floats: no NaN or infinity); returns its id (a full gate reuses its "
           "slots in turn).")
       .def("clear", &zrl::FrameGate::clear)
       .def("__len__", &zrl::FrameGate::size)

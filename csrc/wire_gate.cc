@@ -31,6 +31,23 @@ bool all_below(const uint8_t* p, uint64_t count, uint64_t bound) {
   return bad == 0;
 }
 
+// A float is NaN or infinite exactly when its exponent bits are all set.
+template <typename T>
+bool all_finite(const uint8_t* p, uint64_t count, T exponent) {
+  T bad = 0;  // (an OR of compares, as in all_below)
+  for (uint64_t i = 0; i < count; ++i) bad |= static_cast<T>((load<T>(p + i * sizeof(T)) & exponent) == exponent);
+  return bad == 0;
+}
+
+bool finite_holds(const uint8_t* data, const GateFinite& f) {
+  const uint8_t* p = data + f.offset;
+  switch (f.itemsize) {
+    case 2: return all_finite<uint16_t>(p, f.count, 0x7C00u);
+    case 4: return all_finite<uint32_t>(p, f.count, 0x7F800000u);
+    default: return all_finite<uint64_t>(p, f.count, 0x7FF0000000000000ull);
+  }
+}
+
 bool marks_hold(const uint8_t* data, const GateMarks& m) {
   const uint8_t* marked = data + m.marked_offset;
   const uint8_t* excluded = data + m.excluded_offset;
@@ -57,7 +74,8 @@ bool inside(uint64_t offset, uint64_t bytes, uint64_t first, uint64_t end) {
 FrameGate::FrameGate(uint16_t kind, uint64_t max_bytes) : kind_(kind), max_bytes_(max_bytes) {}
 
 int FrameGate::add(const std::string& block, uint64_t first, uint64_t end,
-                   const std::vector<GateBound>& bounds, const std::vector<GateMarks>& marks) {
+                   const std::vector<GateBound>& bounds, const std::vector<GateMarks>& marks,
+                   const std::vector<GateFinite>& finite) {
   if (block.empty() || block.size() % kDescriptorSize != 0 ||
       block.size() / kDescriptorSize > kMaxArrays)
     throw std::invalid_argument("descriptor block of " + std::to_string(block.size()) +
@@ -75,13 +93,19 @@ int FrameGate::add(const std::string& block, uint64_t first, uint64_t end,
         !inside(m.marked_offset, m.flags_count, first, end) || !inside(m.excluded_offset, m.flags_count, first, end))
       throw std::invalid_argument("marks rule's arrays lie outside the arrays' span");
   }
+  for (const GateFinite& f : finite) {
+    if (f.itemsize != 2 && f.itemsize != 4 && f.itemsize != 8)
+      throw std::invalid_argument("finite rule itemsize " + std::to_string(f.itemsize) + ": expected 2, 4 or 8");
+    if (f.offset < first || f.offset > end || f.count > (end - f.offset) / f.itemsize)
+      throw std::invalid_argument("finite rule's array lies outside the arrays' span");
+  }
   if (layouts_.size() < kMaxLayouts) {
-    layouts_.push_back(Layout{block, first, end, bounds, marks});
+    layouts_.push_back(Layout{block, first, end, bounds, marks, finite});
     return static_cast<int>(layouts_.size() - 1);
   }
   const std::size_t slot = next_;
   next_ = (next_ + 1) % kMaxLayouts;
-  layouts_[slot] = Layout{block, first, end, bounds, marks};
+  layouts_[slot] = Layout{block, first, end, bounds, marks, finite};
   return static_cast<int>(slot);
 }
 
@@ -99,6 +123,7 @@ GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
   const uint32_t meta_len = load<uint32_t>(data + 32);
   if (load<uint32_t>(data + 36) != 0 || load<uint64_t>(data + wire::kTotalOffset) != n) return r;  // flags, total
   if (n_arrays == 0 || n_arrays > kMaxArrays) return r;
+  if ((load<uint64_t>(data + wire::kSeqOffset) | load<uint64_t>(data + wire::kPolicyVersionOffset)) >> 63) return r;
   const uint64_t meta_offset = kHeaderSize + kDescriptorSize * uint64_t{n_arrays};
   const uint64_t data_start = meta_offset + meta_len;
   if (data_start > n) return r;
@@ -118,6 +143,9 @@ GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
         default: ok = all_below<uint64_t>(p, b.count, b.bound); break;
       }
       if (!ok) return r;
+    }
+    for (const GateFinite& f : L.finite) {
+      if (!finite_holds(data, f)) return r;
     }
     for (const GateMarks& m : L.marks) {
       if (!marks_hold(data, m)) return r;

@@ -16,6 +16,9 @@
 //   - that the arrays lie after the meta and inside the frame;
 //   - every bound: each element, read as unsigned, is < bound (so a negative
 //     signed value fails too);
+//   - every finite rule: a floating-point array (float16, float32 or float64)
+//     holds no NaN and no infinity (one such value in a reward turns every
+//     weight NaN at the next update);
 //   - every marks rule: an int32 index array lists, in increasing order, exactly
 //     the positions where a flag array (bytes) is non-zero, and a second flag
 //     array is zero at each of them (IMPALA: final_index names each truncated
@@ -41,6 +44,12 @@ struct GateBound {
   uint64_t count = 0;   // elements
   uint32_t itemsize = 0;  // 1, 2, 4 or 8
   uint64_t bound = 0;   // every element, as unsigned, must be < bound
+};
+
+struct GateFinite {
+  uint64_t offset = 0;    // of the array, from the frame's start
+  uint64_t count = 0;     // elements
+  uint32_t itemsize = 0;  // 2, 4 or 8: IEEE half, single or double
 };
 
 struct GateMarks {
@@ -74,7 +83,7 @@ class FrameGate {
   // malformed block or bound. A sender's stream has one layout per (K, M) seen,
   // and `check` scans them in order, so a handful is the usual case.
   int add(const std::string& block, uint64_t first, uint64_t end, const std::vector<GateBound>& bounds,
-          const std::vector<GateMarks>& marks = {});
+          const std::vector<GateMarks>& marks = {}, const std::vector<GateFinite>& finite = {});
   void clear();
   std::size_t size() const { return layouts_.size(); }
 
@@ -86,6 +95,7 @@ class FrameGate {
     uint64_t first = 0, end = 0;
     std::vector<GateBound> bounds;
     std::vector<GateMarks> marks;
+    std::vector<GateFinite> finite;
   };
   uint16_t kind_;
   uint64_t max_bytes_;

@@ -162,7 +162,10 @@ def test_actor_epsilons_follow_the_paper():
 
 
 def test_learner_fills_replay_trains_and_updates_priorities(make_learner, make_actor):
-    cfg = apex_config("algo.target_update_interval=5")
+    # 3 envs: a chunk's width need not divide learner.batch_size (64) for a replay learner,
+    # which samples algo.batch_size; the hello used to be refused over it.
+    cfg = apex_config("algo.target_update_interval=5", "actor.num_envs=3")
+    assert cfg.learner.batch_size % cfg.actor.num_envs
     learner, _ = make_learner(cfg)
     make_actor(cfg)
     wait_for(lambda: learner.updates >= 20, 60, "Ape-X updates")

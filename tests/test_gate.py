@@ -84,6 +84,36 @@ def test_bad_values_on_a_registered_layout_are_rejected_by_python():
         assert e.value.reason == wire.Reason.BAD_VALUE, (name, value)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_nan_or_infinity_in_any_float_array_is_rejected(fast):
+    # One NaN reward used to reach the update and turn every weight NaN for good.
+    cfg = small_config()
+    gate = impala_gate(fast, cfg)
+    gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, 0, 2))))  # registers the layout
+    for name in ("reward", "behaviour_logp", "obs", "final_obs"):
+        for value in (np.nan, np.inf, -np.inf):
+            bad = chunk(cfg, 0, 2)
+            bad[name].flat[-1] = value
+            with pytest.raises(wire.WireError, match=name) as e:
+                gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, bad, seq=1)))
+            assert e.value.reason == wire.Reason.BAD_VALUE
+    big = chunk(cfg, 0, 2)
+    big["reward"].flat[0] = np.finfo(np.float32).max  # large but finite: the value checks are the algorithm's
+    gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, big)))
+    if fast:
+        assert len(gate._fast) == 1
+
+
+def test_a_policy_version_past_int64_is_rejected_on_a_registered_layout():
+    cfg = small_config()
+    fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)
+    fast.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg))))
+    for hdr in ({"policy_version": 2**64 - 1}, {"seq": 2**63}):
+        frame = bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg), **hdr))
+        assert fast._fast.check(frame) is None
+        assert outcome(fast, frame) == outcome(slow, frame) == ("rejected", wire.Reason.BAD_HEADER)
+
+
 def test_fast_and_python_gates_agree_on_every_damaged_frame():
     cfg = small_config()
     fast, slow = impala_gate(True, cfg), impala_gate(False, cfg)

@@ -42,7 +42,10 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
             bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), 7, np.int64)})),
             bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), -1, np.int64)})),
             bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "final_index": np.array([-3], np.int32), "final_obs": np.zeros((1, 4), np.float32)})),
+            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "reward": np.full((T, K), np.nan, np.float32)})),
+            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "obs": np.full((T + 1, K, 4), np.inf, np.float32)})),
         ],
+        "bad_header": [bytes(wire.encode(wire.Kind.TRAJECTORY, good, policy_version=2**64 - 1))],
     }
     rng = np.random.default_rng(0)
     bad["random"] = [rng.integers(0, 256, rng.integers(1, 3000), dtype=np.uint8).tobytes() for _ in range(200)]
@@ -59,3 +62,4 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
             assert learner.rejected[reason] >= len(bad[reason]), (reason, dict(learner.rejected))
     wait_for(lambda: learner.updates >= before + 5, 60, "training to continue after the garbage")
     assert runner.thread.is_alive()
+    assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())

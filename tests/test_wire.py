@@ -236,6 +236,10 @@ def test_rejects_bad_header_fields():
     assert reason_of(patch_header(frame(), "n_arrays", 65)) == Reason.BAD_HEADER
     assert reason_of(patch_header(frame(), "meta_len", 10**6)) == Reason.BAD_LENGTH
     assert reason_of(patch_header(frame(), "total_len", 5)) == Reason.BAD_LENGTH
+    # Readers keep seq and policy_version as int64 (a learner's lag of 2^64 - 1 used to crash it).
+    assert reason_of(patch_header(frame(), "policy_version", 2**64 - 1)) == Reason.BAD_HEADER
+    assert reason_of(patch_header(frame(), "seq", 2**63)) == Reason.BAD_HEADER
+    assert wire.decode(patch_header(frame(), "policy_version", 2**63 - 1)).policy_version == 2**63 - 1
 
 
 def test_rejects_bad_descriptors():

@@ -475,6 +475,8 @@ def decode(frame, max_bytes: int = 1 << 30, allowed_kinds: frozenset[int] | None
         raise WireError(Reason.BAD_LENGTH, f"header says {total} bytes, frame has {n}")
     if flags != 0 or n_arrays > MAX_ARRAYS:
         raise WireError(Reason.BAD_HEADER, f"flags {flags}, {n_arrays} arrays (max {MAX_ARRAYS})")
+    if (seq | policy_version) >> 63:  # (readers keep both as int64)
+        raise WireError(Reason.BAD_HEADER, f"seq {seq} or policy_version {policy_version} is 2^63 or more")
     meta_off = HEADER_SIZE + DESCRIPTOR_SIZE * n_arrays
     data_start = meta_off + meta_len
     if data_start > n:
@@ -608,13 +610,14 @@ class Schema:
 
 class Gate:
     """A receiver's checks of a data frame: `decode`, then, for TRAJECTORY frames, the
-    algorithm's schema and value checks. Raises WireError; returns (message, bindings).
+    algorithm's schema, finite floats (`check_finite`: for every algorithm) and the
+    algorithm's value checks. Raises WireError; returns (message, bindings).
 
     The first frame of each layout (its descriptor block: names, dtypes, shapes,
     offsets) takes the Python path above. Once one passes, the layout goes to the C++
     `FrameGate` (csrc/wire_gate.h) with the algorithm's value rules (`value_bounds`
     and `value_marks`), and later frames with the same descriptors are checked there
-    in one call: header, bounds, marks. The C++ check only vouches; a frame it does not
+    in one call: header, bounds, finite floats, marks. The C++ check only vouches; a frame it does not
     accept takes the Python path, which gives the reason. An algorithm whose checks
     are more than those rules (`Algorithm.gate_rules` is None) stays on the Python path.
 
@@ -667,6 +670,7 @@ class Gate:
         if self.schema is None:
             raise WireError(Reason.NOT_READY, "trajectory before any hello agreed the specs")
         bindings = self.schema.check(msg)
+        check_finite(msg)
         self._check_values(msg, bindings)
         if fast is not None and self._value_rules is not None and msg.infos:
             self._register(buf, msg, bindings)
@@ -713,6 +717,7 @@ class Gate:
             return
         infos = {i.name: i for i in msg.infos}
         rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b)) for n, b in (bounds or {}).items()]
+        finite = [(i.offset, i.nbytes // i.dtype.itemsize, i.dtype.itemsize) for i in msg.infos if i.dtype.kind == "f" and i.nbytes]
         mark_rules = []
         for index, marked, excluded in marks or ():
             i, m, x = infos[index], infos[marked], infos[excluded]
@@ -721,7 +726,7 @@ class Gate:
             mark_rules.append((i.offset, i.nbytes // 4, m.offset, x.offset, m.nbytes))
         first = min(i.offset for i in msg.infos)
         end = max(i.offset + i.nbytes for i in msg.infos)
-        layout = self._fast.add(block, first, end, rules, mark_rules)
+        layout = self._fast.add(block, first, end, rules, mark_rules, finite)
         if layout == len(self._layouts):
             self._layouts.append((msg.infos, bindings, block))
         else:  # a full table: this slot's layout is forgotten, in a new list (see `drain`)
@@ -736,6 +741,14 @@ def _vouched(layouts, buf, layout, sender_id, seq, policy_version, meta_offset, 
     infos, bindings, _ = layouts[layout]
     meta = buf[meta_offset : meta_offset + meta_len] if meta_len else b""
     return Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, buf, len(buf)), bindings
+
+
+def check_finite(msg: Message) -> None:
+    """WireError(bad_value) if a floating-point array holds a NaN or an infinity: in a
+    trajectory, one such reward or observation turns every weight NaN at the next update."""
+    for info in msg.infos:
+        if info.dtype.kind == "f" and info.nbytes and not np.isfinite(msg.arrays[info.name]).all():
+            raise WireError(Reason.BAD_VALUE, f"{info.name} holds a NaN or an infinity")
 
 
 def check_bounds(msg: Message, bounds: Mapping[str, int]) -> None:

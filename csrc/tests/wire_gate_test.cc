@@ -161,6 +161,30 @@ TEST(FrameGate, MarksHoldOnlyWhereTheIndexListsEachMarkedPositionInOrder) {
                std::invalid_argument);  // a flag array runs past the span
 }
 
+// Finite rules: the action array's 32 bytes read as 8 float32, 16 float16 or 4 float64.
+TEST(FrameGate, FiniteRulesFailOnANaNOrAnInfinityOnly) {
+  Frame base;
+  for (uint32_t itemsize : {2u, 4u, 8u}) {
+    FrameGate g(kTrajectory, 1 << 20);
+    const zrl::GateFinite rule{Frame::kAction, 32 / itemsize, itemsize};
+    EXPECT_EQ(g.add(base.block(), Frame::kAction, Frame::kEnd, {}, {}, {rule}), 0);
+    EXPECT_EQ(base.check(g).layout, 0) << itemsize;  // zeros
+    const uint64_t exponent = itemsize == 2 ? 0x7C00u : itemsize == 4 ? 0x7F800000u : 0x7FF0000000000000ull;
+    const uint64_t sign = uint64_t{1} << (8 * itemsize - 1);
+    auto with = [&](uint64_t bits, uint64_t at) {
+      Frame f;
+      std::memcpy(f.bytes.data() + Frame::kAction + at * itemsize, &bits, itemsize);  // little-endian host
+      return f.check(g).layout;
+    };
+    const uint64_t last = 32 / itemsize - 1;
+    EXPECT_EQ(with(exponent, last), -1) << itemsize;             // +inf, in the last element
+    EXPECT_EQ(with(exponent | sign, 0), -1) << itemsize;         // -inf
+    EXPECT_EQ(with(exponent | 1, 1), -1) << itemsize;            // a NaN
+    EXPECT_EQ(with(exponent - 1, last), 0) << itemsize;          // the largest finite value
+    EXPECT_EQ(with((exponent - 1) | sign, 0), 0) << itemsize;    // and the most negative
+  }
+}
+
 TEST(FrameGate, BadRegistrationsThrow) {
   FrameGate g(kTrajectory, 1 << 20);
   Frame f;
@@ -171,6 +195,8 @@ TEST(FrameGate, BadRegistrationsThrow) {
   EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{256, 10, 8, 6}}), std::invalid_argument);
   EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{100, 1, 8, 6}}), std::invalid_argument);
   EXPECT_THROW(g.add(f.block(), 256, 328, {GateBound{~uint64_t{0} - 7, 2, 8, 6}}), std::invalid_argument);  // wraps
+  EXPECT_THROW(g.add(f.block(), 256, 328, {}, {}, {zrl::GateFinite{256, 8, 1}}), std::invalid_argument);  // no 1-byte floats
+  EXPECT_THROW(g.add(f.block(), 256, 328, {}, {}, {zrl::GateFinite{256, 19, 4}}), std::invalid_argument);  // past the span
   EXPECT_EQ(g.size(), 0u);
 }
 

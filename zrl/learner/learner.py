@@ -332,7 +332,10 @@ class Learner:
             raise HelloRefused(f"unroll_length {hello.get('unroll_length')!r} differs from the learner's actor.unroll_length {T}")
         K = hello.get("num_envs")
         B = self.config.learner.batch_size
-        if role != "eval" and (not isinstance(K, int) or K < 1 or B % K != 0):
+        if role != "eval" and (not isinstance(K, int) or K < 1):
+            raise HelloRefused(f"num_envs {K!r} must be a positive int")
+        if role != "eval" and not getattr(self.config.algo, "uses_replay", False) and B % K != 0:
+            # (A replay learner samples its batches: a chunk's width need not divide them.)
             raise HelloRefused(f"num_envs {K!r} must divide the learner's batch_size {B}")
         want_hash = self.config.model_hash(obs_spec.to_json(), action_spec.to_json())
         if hello.get("model_hash") != want_hash:
