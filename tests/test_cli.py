@@ -136,6 +136,17 @@ def test_bad_command_line_numbers_are_refused(tmp_path):
     assert not any(tmp_path.iterdir()), "nothing ran"
 
 
+@pytest.mark.timeout(60)
+def test_a_bad_device_or_server_space_stops_the_run_before_anything_starts(tmp_path):
+    serve = str(ROOT / "configs" / "cartpole_serve.yaml")
+    for args, why in ((["-o", "learner.device=cuda:x"], "learner.device: must be auto, cpu or cuda[:N]"),
+                      (["-o", "server.observation_space={type: box, shape: [0], dtype: float32}"], "server.observation_space: box dim"),
+                      (["-o", "server.action_space={type: discreet, n: 2}"], "server.action_space: unknown space type")):
+        p = Proc(["run", "--config", serve, "--logdir", str(tmp_path), *args])
+        assert p.wait(30) == 2 and why in p.output and "Traceback" not in p.output, (args, p.output)
+    assert not any(tmp_path.iterdir()), "nothing ran"
+
+
 @pytest.mark.timeout(120)
 def test_short_run_then_eval_and_resume(tmp_path):
     run = Proc(["run", "--logdir", str(tmp_path), "--max-env-steps", "30000", "--stop-at-return", "100000", *SMALL])
@@ -237,6 +248,21 @@ def test_a_run_fails_once_every_training_actor_gave_up_whatever_the_eval_actor_d
     actors[0].gave_up = actors[1].gave_up = None
     actors[2].gave_up = 2  # any actor whose config cannot run stops the run: they share it
     assert launch._actors_failed(actors)[0] == 2
+
+
+def test_a_run_with_only_an_agent_server_fails_once_the_server_gave_up():
+    from zrl import launch
+
+    actors = [launch._Child(name, [], fork=True) for name in ("eval actor", "agent server")]  # run.num_actors 0
+    assert launch._actors_failed(actors) is None
+    actors[0].gave_up = 1
+    assert launch._actors_failed(actors) is None  # the evaluation actor feeds nothing; the server still does
+    actors[1].gave_up = 1
+    code, reason = launch._actors_failed(actors)  # the only data source is gone
+    assert code == 1 and "agent server" in reason and "restart cap" in reason
+    with_actors = [launch._Child(name, [], fork=True) for name in ("actor 0", "agent server")]
+    with_actors[1].gave_up = 1
+    assert launch._actors_failed(with_actors) is None  # actor 0 still feeds the learner
 
 
 def test_an_actor_started_after_a_stop_gets_its_own_sigterm_and_no_actor_gets_two():

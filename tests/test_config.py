@@ -170,3 +170,34 @@ def test_an_installed_package_ships_the_configs_and_finds_its_default(tmp_path):
     out = subprocess.run([sys.executable, "-c", "from zrl.config import default_config_path, load_config as l; p = default_config_path(); l(p); print(p)"],
                          cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(lib)}, check=True, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == str(lib / "zrl" / "configs" / "cartpole_impala.yaml")
+
+
+def test_learner_device_must_be_one_of_the_accepted_forms():
+    for good in ("auto", "cpu", "cuda", "cuda:0", "cuda:12"):
+        assert load_config(DEFAULT_CONFIG, [f"learner.device={good}"]).learner.device == good
+    for bad in ("cuda:x", "cudafoo", "cuda:", "cuda:0:1", "cuda:-1", "CPU", "cpu:0", "", " cuda"):
+        with pytest.raises(ConfigError, match=r"learner\.device: must be auto, cpu or cuda\[:N\]"):
+            load_config(DEFAULT_CONFIG, [f"learner.device='{bad}'"])
+
+
+def test_server_spaces_are_parsed_when_the_config_is_loaded():
+    ok = load_config(DEFAULT_CONFIG, ["server.observation_space={type: box, shape: [4], dtype: uint8}", "server.action_space={type: discrete, n: 3}"])
+    assert ok.server.action_space == {"type": "discrete", "n": 3}
+    assert load_config(DEFAULT_CONFIG, ["server.action_space={type: discrete, n: 2}"]).server.observation_space is None  # env.id's
+    for override, why in (
+        ("server.observation_space={type: box, shape: [0]}", r"server\.observation_space: box dim"),
+        ("server.observation_space={shape: [4]}", r"server\.observation_space: a space spec must be a mapping with a 'type'"),
+        ("server.observation_space={type: box, shape: [4], dtype: float64}", r"server\.observation_space: clients send float32 or uint8"),
+        ("server.action_space={type: discreet, n: 2}", r"server\.action_space: unknown space type 'discreet'"),
+        ("server.action_space={type: discrete, n: 0}", r"server\.action_space: discrete n"),
+        ("server.action_space={type: discrete, n: 2, low: 0}", r"server\.action_space: unknown keys"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            load_config(DEFAULT_CONFIG, [override])
+
+
+def test_the_client_observation_dtypes_match_the_agent_servers():
+    from zrl import config
+    from zrl.server.server import CLIENT_OBS_DTYPES
+
+    assert config._CLIENT_OBS_DTYPES == CLIENT_OBS_DTYPES

@@ -172,3 +172,33 @@ def test_paused_learner_applies_backpressure_with_flat_memory(tmp_path, policy):
     tag = "custom/actor0/blocked_s" if policy == "block" else "custom/actor0/dropped_chunks"
     assert tag in ea.Tags()["scalars"], ea.Tags()["scalars"]
     assert max(e.value for e in ea.Scalars(tag)) > 0
+
+
+@pytest.mark.timeout(120)
+def test_run_with_only_an_agent_server_fails_once_the_server_gave_up(tmp_path):
+    """run.num_actors 0: the agent server is the data source, so once it has reached its
+    restart cap (here: it cannot bind its port) the run stops with exit code 1."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))  # the server's port, taken: every start of the server fails
+    taken.listen(1)
+    config = ROOT / "configs" / "cartpole_serve.yaml"
+    code = f"""
+import sys
+from zrl.config import load_config
+from zrl.launch import RunOptions, run_local
+overrides = ["server.bind=tcp://127.0.0.1:{taken.getsockname()[1]}"]
+cfg = load_config({str(config)!r}, overrides)
+opts = RunOptions(config_path={str(config)!r}, overrides=overrides, num_actors=0, seed=1, logdir={str(tmp_path)!r},
+                  max_seconds=60, max_restarts=1, restart_backoff_s=(0.0, 0.0))
+sys.exit(run_local(cfg, opts))
+"""
+    try:
+        p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=100)
+    finally:
+        taken.close()
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "agent server exited with 1; restart cap (1) reached" in p.stdout, p.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "agent server" in summary["stop_reason"] and "restart cap" in summary["stop_reason"], summary

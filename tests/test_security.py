@@ -146,3 +146,16 @@ def test_keys_generate_writes_pairs_and_authorises_clients(tmp_path):
         assert len(pub) == 40 and len(sec) == 40
     assert sorted(p.name for p in (tmp_path / "k" / "authorized").iterdir()) == ["client.key", "client2.key"]
     assert "security:" in lines[-1]
+
+
+def test_keys_generate_never_reauthorises_a_revoked_key(tmp_path):
+    d = tmp_path / "k"
+    generate_keys(d, clients=2)
+    (d / "authorized" / "client2.key").unlink()  # revoked, as docs/DEPLOY.md says
+    lines = generate_keys(d, clients=3)
+    # Only the pair this call made is authorised; the kept pairs are left as they were.
+    assert sorted(p.name for p in (d / "authorized").iterdir()) == ["client.key", "client3.key"]
+    assert (d / "client2.key_secret").exists()
+    assert any("authorised 1 new client key(s)" in line for line in lines)
+    assert any("left the authorisation of 2 existing client key(s) as it is" in line for line in lines)
+    assert "security:" in lines[-1]

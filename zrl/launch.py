@@ -435,13 +435,18 @@ def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
 def _actors_failed(actors: list[_Child]) -> tuple[int, str] | None:
     """(exit code, reason) once the run cannot go on: an actor whose config cannot run (every
     actor shares it), or every training actor given up after its restarts (an evaluation
-    actor or an agent server left running would not feed the learner)."""
+    actor or an agent server left running would not feed the learner). With no training
+    actors (run.num_actors 0) the agent server is the data source: the run fails once it
+    has given up."""
     for a in actors:
         if a.gave_up == 2:
             return 2, f"{a.name} cannot run with this config (exit code 2, its error above)"
     training = [a for a in actors if a.name.startswith("actor ")]
     if training and all(a.gave_up is not None for a in training):
         return 1, "every actor failed and reached its restart cap"
+    servers = [a for a in actors if a.name == "agent server"]
+    if not training and servers and all(a.gave_up is not None for a in servers):
+        return 1, "the agent server (the only data source: run.num_actors is 0) failed and reached its restart cap"
     return None
 
 
