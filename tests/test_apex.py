@@ -9,8 +9,10 @@ from zrl import checkpoint, spaces, wire
 from zrl.config import load_config
 from zrl.envs import Step
 from zrl.learner import algorithms
+from zrl.learner.algorithms import apex_dqn
 from zrl.learner.algorithms.apex_dqn import actor_epsilon
 from zrl.learner.algorithms.base import Sender
+from zrl.replay import PrioritizedReplay
 from conftest import ROOT, wait_for
 
 OBS = spaces.BoxSpec(shape=(2,), dtype="float32")
@@ -223,3 +225,21 @@ def test_a_bf16_apex_actor_scores_priorities_in_float32(make_learner, make_actor
     make_actor(cfg)
     wait_for(lambda: learner.updates >= 5, 60, "Ape-X updates from a bf16 actor")
     assert not learner.rejected
+
+
+@pytest.mark.parametrize("capacity,alpha", [(20, 0.6), (5, 0.6), (8, 0.9), (5, 0.4)])
+def test_a_resumed_replay_of_another_capacity_or_alpha_keeps_its_newest_items(capacity, alpha):
+    # A checkpoint's replay of capacity 8 that has wrapped (12 items added: 4..11 are kept);
+    # resuming with another algo.replay_capacity or priority_alpha used to crash the learner.
+    old = PrioritizedReplay(8, {"x": ((2,), np.float32)}, alpha=0.6, seed=0)
+    raw = np.arange(1, 13, dtype=np.float64)  # item i's raw priority: i + 1
+    old.add({"x": np.repeat(np.arange(12, dtype=np.float32)[:, None], 2, axis=1)}, raw)
+    saved = {k: np.array(v) for k, v in old.state_dict().items()}
+    new = PrioritizedReplay(capacity, {"x": ((2,), np.float32)}, alpha=alpha, seed=0)
+    apex_dqn._migrate(saved, new)
+    kept = np.arange(max(4, 12 - capacity), 12)  # the newest, oldest first
+    assert len(new) == len(kept)
+    items = np.array(new.state_dict()["field/x"])[: len(kept), 0].astype(int)  # in slot order
+    np.testing.assert_array_equal(np.sort(items), kept)
+    np.testing.assert_allclose(new._scaled_priorities() ** (1 / alpha), raw[items], rtol=1e-5)  # each its own
+    new._check_invariants()

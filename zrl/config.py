@@ -62,6 +62,26 @@ def _check_endpoint(endpoint: str | None, key: str) -> None:
         raise ConfigError(f"{key}: {problem}")
 
 
+# The observation dtypes a client may send (zrl.server.server.CLIENT_OBS_DTYPES, which
+# imports torch: the config stays import-light).
+_CLIENT_OBS_DTYPES = ("float32", "uint8")
+
+
+def _check_space(d: dict | None, key: str) -> None:
+    """A server.*_space spec parses (zrl.spaces, as the agent server will), so a bad one
+    fails when the config is loaded, naming its key, not when the server starts."""
+    from zrl import spaces
+
+    if d is None:  # the spec of env.id
+        return
+    try:
+        spec = spaces.from_json(d)
+    except ValueError as e:  # spaces.SpecError
+        raise ConfigError(f"{key}: {e}") from None
+    if key == "server.observation_space" and isinstance(spec, spaces.BoxSpec):
+        _check(spec.dtype in _CLIENT_OBS_DTYPES, key, f"clients send float32 or uint8 observations, not {spec.dtype}")
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     id: str = "CartPole-v1"
@@ -216,7 +236,9 @@ class ApexDQNConfig:
     IMPALA). Episode returns in logs and stop targets stay unscaled; Q-values and TD errors
     (q/mean, q/td_abs, priorities) are in scaled units."""
     replay_checkpoint: bool = False
-    """Save the replay contents with each checkpoint and restore them on resume."""
+    """Save the replay contents with each checkpoint and restore them on resume (into a
+    replay of another replay_capacity or priority_alpha too: oldest first, with their raw
+    priorities, the newest kept if it is smaller)."""
     max_transitions_per_message: int = 4096
     """Largest batch of transitions one actor message may carry."""
 
@@ -382,7 +404,7 @@ class LearnerConfig:
         _check(self.publish_interval >= 1, "learner.publish_interval", "must be >= 1")
         _check(self.queue_size >= 1, "learner.queue_size", "must be >= 1")
         _check(self.pull_hwm >= 1, "learner.pull_hwm", "must be >= 1")
-        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "learner.device", "must be auto, cpu or cuda[:N]")
+        _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "learner.device", f"must be auto, cpu or cuda[:N], not {self.device!r}")
         _check(self.torch_threads >= 1, "learner.torch_threads", "must be >= 1")
         _check(self.precision in ("fp32", "bf16", "auto"), "learner.precision", "must be fp32, bf16 or auto")
         for key in ("trajectory_bind", "weights_bind"):
@@ -456,6 +478,8 @@ class ServerConfig:
         _check(0 <= self.index < 2**32, "server.index", "must be in [0, 2**32)")
         _check(self.backlog >= 1, "server.backlog", "must be >= 1")
         _check_endpoint(self.bind, "server.bind")
+        for key in ("observation_space", "action_space"):
+            _check_space(getattr(self, key), f"server.{key}")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ next batch while the GPU trains on this one.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 
 import numpy as np
@@ -30,6 +31,8 @@ from zrl.envs import Step
 from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, Sender
 from zrl.models import QNetwork
 from zrl.replay import PrioritizedReplay
+
+log = logging.getLogger("zrl.learner")
 
 FIELDS = ("obs", "action", "reward", "discount", "next_obs")
 
@@ -289,8 +292,12 @@ class ApexDQN(Algorithm):
                 "version": ((), np.int64),
             }
             replay = PrioritizedReplay(self.hp.replay_capacity, fields, alpha=self.hp.priority_alpha, seed=self.config.run.seed)
-            if self._pending_replay_state is not None:
-                replay.load_state_dict(self._pending_replay_state)
+            saved = self._pending_replay_state
+            if saved is not None:
+                if int(saved["capacity"]) == replay.capacity and float(saved["alpha"]) == replay.alpha:
+                    replay.load_state_dict(saved)
+                else:
+                    _migrate(saved, replay)
             self.replay = replay  # published only once it holds the checkpoint's transitions
             self._pending_replay_state = None
             return replay
@@ -366,6 +373,19 @@ class ApexDQN(Algorithm):
             self._pending_target_state = state["target"]
         if "replay" in state:
             self._pending_replay_state = {k: v.numpy() for k, v in state["replay"].items()}
+
+
+def _migrate(saved: dict, replay: PrioritizedReplay) -> None:
+    """Adds a checkpoint's replay (a state_dict of another capacity or priority_alpha)
+    to `replay`, oldest first, with the raw priorities it had: a resumed run may grow or
+    shrink its replay (the newest items are kept) or change alpha, and keeps its data."""
+    size, cursor, capacity = int(saved["size"]), int(saved["cursor"]), int(saved["capacity"])
+    order = np.arange(size) if size < capacity else (cursor + np.arange(size)) % capacity  # oldest first
+    priorities = np.asarray(saved["scaled_priorities"], np.float64)[order] ** (1.0 / float(saved["alpha"]))
+    replay.add({name: np.asarray(saved[f"field/{name}"])[order] for name in replay.fields}, priorities)
+    log.warning("replay from the checkpoint (capacity %d, priority_alpha %g) moved into this run's (capacity %d, "
+                "priority_alpha %g): %d of its %d transitions kept", capacity, float(saved["alpha"]),
+                replay.capacity, replay.alpha, min(size, replay.capacity), size)
 
 
 ALGORITHM = ApexDQN
