@@ -289,6 +289,7 @@ def test_int8_torso_requantizes_when_the_weights_change_and_recalibrates():
     assert cnn.use_int8_torso(model)
     q = model.pi_torso.int8_torso
     q.recalibrate_every = 2
+    q.warmup = 0  # (calibrating on every one of the first calls is the next test's)
     x, y = frames(4), frames(4, seed=9)
     with torch.inference_mode():
         before = model.policy(x)
@@ -309,10 +310,56 @@ def test_int8_torso_requantizes_when_the_weights_change_and_recalibrates():
     assert torch.allclose(torch.softmax(after, -1), torch.softmax(ref_policy, -1), atol=1e-3)
 
 
+def reset_frames(n, seed=0):
+    """What an actor's first batch looks like: of the 4 stacked frames only the newest is not black."""
+    x = frames(n, seed).clone()
+    x[:, :3] = 0
+    return x
+
+
+@needs_int8
+@pytest.mark.parametrize("warmup", [8, 0])
+def test_a_dark_first_batch_does_not_set_the_scales_for_later_ones(warmup):
+    model = pong_model()
+    assert cnn.use_int8_torso(model)
+    q = model.pi_torso.int8_torso
+    q.warmup = warmup
+    dark, bright = reset_frames(4), frames(4, seed=3)
+    with torch.inference_mode():
+        model.pi_torso(dark)  # quantizes and calibrates on black stacks
+        if not warmup:  # the next calibration is a periodic one: the maxima only grow
+            q.recalibrate_every = 1
+            model.pi_torso(bright)
+            scales = list(q._x_scales)
+            model.pi_torso(dark)
+            assert q._x_scales == scales  # a darker batch, the same weights: the scales stay
+        got = model.pi_torso(bright)
+        model.pi_torso.int8_torso = None
+        want = model.pi_torso(bright)
+    assert (got - want).abs().max() <= 0.05 * want.abs().max()
+
+
+@needs_int8
+def test_int8_torso_carries_its_maxima_across_a_weights_change():
+    model = pong_model()
+    flat = flatten_parameters(model)
+    assert cnn.use_int8_torso(model)
+    q = model.pi_torso.int8_torso
+    q.warmup = 0
+    with torch.inference_mode():
+        model.pi_torso(frames(4, seed=3))
+        largest = list(q._largest)
+        flat.mul_(1.0001)  # new weights, nearly the same
+        model.pi_torso(reset_frames(4))  # recalibrated at once, on a dark batch
+    assert all(np.isclose(now, q.carry * before, rtol=1e-6) or now > q.carry * before for now, before in zip(q._largest, largest))
+    assert q._largest[0] < largest[0]  # the old maximum decays: it does not hold for good
+
+
 @needs_int8
 def test_int8_torso_saturates_instead_of_wrapping():
     model = pong_model()
     assert cnn.use_int8_torso(model)
+    model.pi_torso.int8_torso.warmup = 0  # no second calibration
     with torch.inference_mode():
         model.policy(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))  # calibrated on black frames: tiny scales
         feats = model.pi_torso(frames(3))
