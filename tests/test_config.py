@@ -194,10 +194,3 @@ def test_server_spaces_are_parsed_when_the_config_is_loaded():
     ):
         with pytest.raises(ConfigError, match=why):
             load_config(DEFAULT_CONFIG, [override])
-
-
-def test_the_client_observation_dtypes_match_the_agent_servers():
-    from zrl import config
-    from zrl.server.server import CLIENT_OBS_DTYPES
-
-    assert config._CLIENT_OBS_DTYPES == CLIENT_OBS_DTYPES

@@ -291,3 +291,151 @@ def test_the_server_serves_a_checkpoints_weights_and_says_which(tmp_path, ctx, e
         assert "ckpt-000000000007.pt (update 7, env step 70)" in caplog.text
     finally:
         served.close()
+
+
+def raw_client(ctx, server):
+    """A DEALER socket to the server, without the Python client's own checks."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(server.endpoint)
+    return s
+
+
+def raw_hello(obs_space=None, action_space=None, name="raw"):
+    meta = {"role": "client", "protocol": 1, "name": name, "obs_space": obs_space or {**OBS, "low": None, "high": None},
+            "action_space": action_space or ACT}
+    return wire.encode(wire.Kind.HELLO, meta=meta, seq=1)
+
+
+def raw_act(seq, flags, obs=None, reward=0.0):
+    arrays = {} if obs is None else {"obs": np.asarray(obs, np.float32)}
+    return wire.encode(wire.Kind.ACT, {**arrays, "reward": np.float32(reward), "flags": np.uint8(flags)}, seq=seq)
+
+
+def ask(s, frame, serve=None):
+    """Sends a request and returns the reply (serve(): one server iteration, when it does not run on a thread)."""
+    s.send(frame)
+    wait_for(lambda: (serve and serve(), s.poll(0))[1], 10, "a reply")
+    return wire.decode(s.recv())
+
+
+@pytest.mark.timeout(60)
+def test_hellos_with_numbers_out_of_range_are_refused_and_the_server_goes_on(ctx, make_server):
+    server = make_server(serve_config())
+    big = "1" + "0" * 400  # JSON allows numbers no float holds; 1e400 too; NaN and Infinity too
+    box = '{"type":"box","shape":[4],"dtype":"float32","low":null,"high":null}'
+    metas = [
+        '{"type":"box","shape":[4],"dtype":"float32","low":' + big + ',"high":null}',
+        '{"type":"box","shape":[4],"dtype":"float32","low":null,"high":1e400}',
+        '{"type":"box","shape":[4],"dtype":"float32","low":NaN,"high":null}',
+        '{"type":"box","shape":[' + big + '],"dtype":"float32","low":null,"high":null}',
+    ]
+    hellos = ['{"role":"client","protocol":1,"name":"x","obs_space":' + m + ',"action_space":{"type":"discrete","n":2}}' for m in metas]
+    hellos += ['{"role":"client","protocol":1,"name":"x","obs_space":' + box + ',"action_space":{"type":"discrete","n":' + n + "}}"
+               for n in ("1e400", big)]
+    s = raw_client(ctx, server)
+    try:
+        for i, meta in enumerate(hellos):
+            reply = ask(s, wire.encode(wire.Kind.HELLO, meta=meta, seq=i + 1))
+            assert reply.kind == wire.Kind.ERROR and "bad space spec" in reply.text(), reply.text()
+    finally:
+        s.close()
+    assert server.stats.rejected["refused"] == len(hellos)
+    c = client(ctx, server)
+    assert c.init(np.zeros(4, np.float32)) in (0, 1)  # the server still serves
+    c.disconnect()
+
+
+@pytest.mark.timeout(60)
+def test_non_finite_observations_are_refused_and_other_clients_go_on(ctx, make_server):
+    server = make_server(serve_config())
+    good = client(ctx, server, name="good")
+    zeros = np.zeros(4, np.float32)
+    assert good.init(zeros) in (0, 1)
+    s = raw_client(ctx, server)
+    try:
+        assert ask(s, raw_hello()).kind == wire.Kind.HELLO_REPLY
+        reply = ask(s, raw_act(2, 1, [np.nan, 0, 0, 0]))  # FIRST with a NaN: its logits would be NaN
+        assert reply.kind == wire.Kind.ERROR and reply.seq == 2 and "bad_value" in reply.text(), reply.text()
+        assert ask(s, raw_act(3, 1, zeros)).kind == wire.Kind.ACTION
+        reply = ask(s, raw_act(4, 0, [0, -np.inf, 0, 0], reward=1.0))
+        assert reply.kind == wire.Kind.ERROR and "bad_value" in reply.text(), reply.text()
+        reply = ask(s, raw_act(5, 2 | 4, [0, 0, np.inf, 0], reward=1.0))  # a truncated episode's final obs
+        assert reply.kind == wire.Kind.ERROR and "bad_value" in reply.text(), reply.text()
+    finally:
+        s.close()
+    assert server.stats.rejected["bad_value"] == 3
+    assert good.send(1.0, zeros) in (0, 1)
+    # The Python client refuses them itself, as the C++ client does a non-finite reward or metric.
+    with pytest.raises(UsageError, match="NaN or infinite"):
+        good.send(1.0, np.array([0, np.nan, 0, 0], np.float32))
+    with pytest.raises(UsageError, match="NaN or infinite"):
+        good.send(1.0, np.array([1e300, 0, 0, 0]))  # float64, infinite once cast to the spec's float32
+    with pytest.raises(UsageError, match="NaN or infinite"):
+        good.reset(1.0, truncated=True, final_obs=np.array([0, 0, 0, np.inf], np.float32))
+    with pytest.raises(UsageError, match="reward must be finite"):
+        good.send(float("nan"), zeros)
+    with pytest.raises(UsageError, match="finite"):
+        good.metrics().scalar("score", float("inf"))
+    assert good.reset(1.0) == pytest.approx(2.0)  # none of those reached the server
+    assert server.stats.rejected["bad_value"] == 3
+    good.disconnect()
+
+
+@pytest.mark.timeout(60)
+def test_a_request_that_raises_unexpectedly_is_refused_alone(ctx, make_server, monkeypatch, caplog):
+    import logging
+
+    server = make_server(serve_config(), run=False)
+    act = server.policy.act
+
+    def policy_act(obs, state=None):  # as the sampler does on NaN logits (huge but finite observations)
+        if (obs == 7).any():
+            raise ValueError("logits: row 0 has a NaN")
+        return act(obs, state)
+
+    monkeypatch.setattr(server.policy, "act", policy_act)
+    socks = [raw_client(ctx, server) for _ in range(2)]
+    serve = lambda: server.serve_once(10)  # noqa: E731
+    try:
+        for s in socks:
+            assert ask(s, raw_hello(), serve).kind == wire.Kind.HELLO_REPLY
+        good, bad = socks
+        good.send(raw_act(2, 1, np.zeros(4)))
+        bad.send(raw_act(2, 1, np.full(4, 7.0)))  # in one batch with good's, or alone: the same answers
+        wait_for(lambda: (serve(), good.poll(0) and bad.poll(0))[1], 10, "both replies")
+        assert wire.decode(good.recv()).kind == wire.Kind.ACTION
+        reply = wire.decode(bad.recv())
+        assert reply.kind == wire.Kind.ERROR and "cannot act" in reply.text(), reply.text()
+        assert server.stats.rejected["bad_value"] == 1 and len(server.sessions) == 1  # its half-done session is dropped
+        # Any other exception out of a request: counted, logged with its traceback, answered.
+        monkeypatch.setattr(server, "_forward_stats", lambda msg: {}["boom"])
+        with caplog.at_level(logging.ERROR, logger="zrl.server"):
+            reply = ask(good, wire.encode(wire.Kind.STATS, {"x": np.zeros(1)}, seq=3), serve)
+        assert reply.kind == wire.Kind.ERROR and "KeyError" in reply.text(), reply.text()
+        assert server.stats.rejected["internal_error"] == 1 and "Traceback" in caplog.text
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.timeout(60)
+def test_scalar_times_out_when_the_server_is_gone(ctx, make_server, tmp_path):
+    server = make_server(serve_config(), bind=f"ipc://{tmp_path}/server")
+    c = Client(server.endpoint, OBS, ACT, timeout=10)  # its own context: a stuck send must not hold the test's
+    c.init(np.zeros(4, np.float32))
+    c.timeout = 0.2
+    server.stop.set()
+    wait_for(lambda: server.router.closed, 10, "the server to stop")
+
+    def spam():  # STATS await no reply: they queue until the queue toward the server is full
+        with pytest.raises(ClientTimeout, match="could not queue"):
+            for i in range(100_000):
+                c.metrics().scalar("x", float(i))
+        return i
+
+    Running(spam, "spam").join(20)  # before: blocked in send() for good
+    assert c._sock is None  # closed: the next call says hello again
+    with pytest.raises(ClientTimeout):
+        c.metrics().scalar("x", 1.0)
+    c.disconnect()

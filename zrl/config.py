@@ -62,11 +62,6 @@ def _check_endpoint(endpoint: str | None, key: str) -> None:
         raise ConfigError(f"{key}: {problem}")
 
 
-# The observation dtypes a client may send (zrl.server.server.CLIENT_OBS_DTYPES, which
-# imports torch: the config stays import-light).
-_CLIENT_OBS_DTYPES = ("float32", "uint8")
-
-
 def _check_space(d: dict | None, key: str) -> None:
     """A server.*_space spec parses (zrl.spaces, as the agent server will), so a bad one
     fails when the config is loaded, naming its key, not when the server starts."""
@@ -79,7 +74,7 @@ def _check_space(d: dict | None, key: str) -> None:
     except ValueError as e:  # spaces.SpecError
         raise ConfigError(f"{key}: {e}") from None
     if key == "server.observation_space" and isinstance(spec, spaces.BoxSpec):
-        _check(spec.dtype in _CLIENT_OBS_DTYPES, key, f"clients send float32 or uint8 observations, not {spec.dtype}")
+        _check(spec.dtype in spaces.CLIENT_OBS_DTYPES, key, f"clients send float32 or uint8 observations, not {spec.dtype}")
 
 
 @dataclass(frozen=True)

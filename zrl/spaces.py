@@ -6,6 +6,7 @@ external clients declare. Specs serialise to plain JSON-able dicts.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -13,6 +14,7 @@ import numpy as np
 
 # The dtypes an observation may have on the wire.
 OBS_DTYPES = ("float32", "uint8", "float64", "int64", "int32", "bool")
+CLIENT_OBS_DTYPES = ("float32", "uint8")  # what an agent server's clients may send
 
 
 class SpecError(ValueError):
@@ -67,36 +69,85 @@ class DiscreteSpec:
 Spec = Union[BoxSpec, DiscreteSpec]
 
 
+# What the wire can carry (docs/PROTOCOL.md): at most 6 dims of u32, an int64 action.
+MAX_DIMS = 6
+MAX_DIM = 2**32 - 1
+MAX_ELEMENTS = 2**40  # far beyond any real observation; keeps sizes computable
+MAX_N = 2**63 - 1
+
+
+def _int(x: Any, what: str, most: int) -> int:
+    """An integer in [1, most]: ints, or floats with an integral value (4.0); not bools or strings."""
+    if isinstance(x, float) and math.isfinite(x) and x == int(x):
+        x = int(x)
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 1 <= x <= most:
+        raise SpecError(f"{what} must be an integer in [1, {most}], got {_short(x)}")
+    return int(x)
+
+
+def _bound(x: Any) -> float | None:
+    """A finite scalar bound, or None."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise SpecError(f"low/high must be a number or null, got {_short(x)}")
+    try:
+        v = float(x)
+    except OverflowError:
+        v = math.inf
+    if not math.isfinite(v):
+        raise SpecError(f"low/high must be finite or null, got {_short(x)}")
+    return v
+
+
+def _dtype(x: Any) -> str:
+    if isinstance(x, np.dtype):
+        x = x.name
+    if not isinstance(x, str) or x not in OBS_DTYPES:
+        raise SpecError(f"box dtype {_short(x)} is not one of {OBS_DTYPES}")
+    return x
+
+
+def _short(x: Any) -> str:
+    """repr(x), cut short: the value may be a hostile 400-digit number."""
+    r = repr(x)
+    return r if len(r) <= 120 else r[:100] + f"... ({len(r)} chars)"
+
+
 def from_json(d: Any) -> Spec:
     """Parses a spec dict from a hello or a config; raises SpecError saying what is wrong."""
     if not isinstance(d, dict) or "type" not in d:
-        raise SpecError(f"a space spec must be a mapping with a 'type', got {d!r}")
+        raise SpecError(f"a space spec must be a mapping with a 'type', got {_short(d)}")
     kind = d["type"]
     try:
         if kind == "discrete":
             extra = set(d) - {"type", "n"}
             if extra:
                 raise SpecError(f"unknown keys in discrete spec: {sorted(extra)}")
-            return DiscreteSpec(n=int(d["n"]))
+            return DiscreteSpec(n=_int(d["n"], "discrete n", MAX_N))
         if kind == "box":
             extra = set(d) - {"type", "shape", "dtype", "low", "high"}
             if extra:
                 raise SpecError(f"unknown keys in box spec: {sorted(extra)}")
             shape = d["shape"]
-            if not isinstance(shape, (list, tuple)):
-                raise SpecError(f"box shape must be a list, got {shape!r}")
-            low, high = d.get("low"), d.get("high")
+            if not isinstance(shape, (list, tuple)) or len(shape) > MAX_DIMS:
+                raise SpecError(f"box shape must be a list of at most {MAX_DIMS} dims, got {_short(shape)}")
+            dims = tuple(_int(x, "box dim", MAX_DIM) for x in shape)
+            if math.prod(dims) > MAX_ELEMENTS:
+                raise SpecError(f"box shape {list(dims)} has more than {MAX_ELEMENTS} elements")
             return BoxSpec(
-                shape=tuple(int(x) for x in shape),
-                dtype=str(d.get("dtype", "float32")),
-                low=None if low is None else float(low),
-                high=None if high is None else float(high),
+                shape=dims,
+                dtype=_dtype(d.get("dtype", "float32")),
+                low=_bound(d.get("low")),
+                high=_bound(d.get("high")),
             )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        # Whatever a hello carries (JSON allows 1e400, NaN and 400-digit integers)
+        # ends here as a SpecError, never as another exception.
         if isinstance(e, SpecError):
             raise
-        raise SpecError(f"bad {kind} spec {d!r}: {e}") from None
-    raise SpecError(f"unknown space type {kind!r} (known: box, discrete)")
+        raise SpecError(f"bad {kind} spec {_short(d)}: {e}") from None
+    raise SpecError(f"unknown space type {_short(kind)} (known: box, discrete)")
 
 
 def from_gym(space) -> Spec:

@@ -16,6 +16,8 @@ Nothing is pickled: messages are zrl wire frames (docs/PROTOCOL.md).
 """
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import numpy as np
@@ -115,16 +117,35 @@ class Client:
         self._seq += 1
         return self._seq
 
+    def _lost(self, why: str) -> ClientTimeout:
+        self._close_socket()  # the next call reconnects and says hello again
+        self._in_episode = False
+        return ClientTimeout(f"{why} (agent server at {self.endpoint}): closed the socket, the next call says hello again")
+
+    def _left_ms(self, deadline: float) -> int:
+        return max(0, math.ceil((deadline - time.monotonic()) * 1000))
+
+    def _send(self, frame, deadline: float, what: str) -> None:
+        """Queues a frame without blocking; while the queue is full (the server has been
+        unreachable a while), waits for room up to the deadline, then raises ClientTimeout."""
+        while True:
+            try:
+                self._sock.send(frame, zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                pass
+            if not self._sock.poll(self._left_ms(deadline), zmq.POLLOUT) and time.monotonic() >= deadline:
+                raise self._lost(f"could not queue {what} within {self.timeout:g}s")
+
     def _request(self, frame, expect: wire.Kind) -> wire.Message:
         """Sends one request and waits for the reply with its seq, up to the timeout."""
-        seq = wire.HEADER.unpack_from(frame, 0)[5]
-        self._sock.send(frame, copy=False)
-        deadline_ms = int(self.timeout * 1000)
+        header = wire.HEADER.unpack_from(frame, 0)
+        kind, seq = wire.Kind(header[2]), header[5]
+        deadline = time.monotonic() + self.timeout
+        self._send(frame, deadline, kind.name)
         while True:
-            if not self._sock.poll(deadline_ms, zmq.POLLIN):
-                self._close_socket()  # the next call reconnects and says hello again
-                self._in_episode = False
-                raise ClientTimeout(f"no reply from the agent server at {self.endpoint} within {self.timeout:g}s")
+            if not self._sock.poll(self._left_ms(deadline), zmq.POLLIN):
+                raise self._lost(f"no reply to {kind.name} within {self.timeout:g}s")
             try:
                 msg = wire.decode(self._sock.recv(copy=False))
             except wire.WireError as e:
@@ -142,6 +163,8 @@ class Client:
             return msg
 
     def _act(self, flags: int, reward: float, obs) -> wire.Message:
+        if not math.isfinite(reward):
+            raise UsageError(f"the reward must be finite, got {reward}")
         if self._sock is None:
             self._connect()
         arrays: dict[str, Any] = {}
@@ -155,11 +178,14 @@ class Client:
         a = np.asarray(obs)
         if a.dtype != self._obs_dtype:
             if a.dtype.kind == "f" and self._obs_dtype == np.float32:
-                a = a.astype(np.float32)
+                with np.errstate(over="ignore"):  # 1e300 becomes inf, refused below
+                    a = a.astype(np.float32)
             else:
                 raise UsageError(f"observation dtype {a.dtype}, the spec says {self._obs_dtype}")
         if a.shape != self._obs_shape:
             raise UsageError(f"observation shape {a.shape}, the spec says {self._obs_shape}")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():  # after the cast: 1e300 is inf in float32
+            raise UsageError("the observation has a NaN or infinite value")
         return a
 
     def _action(self, msg: wire.Message):
@@ -193,6 +219,8 @@ class Client:
             raise UsageError("reset() outside an episode: call init(obs) first (a timeout also ends the episode)")
         if truncated and final_obs is None:
             raise UsageError("reset(truncated=True) needs final_obs, the observation the episode was cut at")
+        if truncated:
+            self._check_obs(final_obs)
         self._act(LAST | (TRUNCATED if truncated else 0), reward, final_obs if truncated else None)
         self._in_episode = False
         self._total += float(reward)
@@ -202,9 +230,12 @@ class Client:
         return self._metrics
 
     def _send_stats(self, name: str, value: float) -> None:
+        if not math.isfinite(value):
+            raise UsageError(f"metrics().scalar({name!r}): the value must be finite, got {value}")
         if self._sock is None:
             self._connect()
-        self._sock.send(wire.encode(wire.Kind.STATS, {name: np.array([value], np.float64)}, seq=self._next_seq()))
+        frame = wire.encode(wire.Kind.STATS, {name: np.array([value], np.float64)}, seq=self._next_seq())
+        self._send(frame, time.monotonic() + self.timeout, "metrics().scalar()'s STATS")
 
     def disconnect(self) -> None:
         """Says goodbye and closes the socket (and the context, if the client made it)."""

@@ -42,7 +42,6 @@ log = logging.getLogger("zrl.server")
 
 FIRST, LAST, TRUNCATED = 1, 2, 4
 REQUEST_KINDS = frozenset({int(wire.Kind.HELLO), int(wire.Kind.ACT), int(wire.Kind.STATS), int(wire.Kind.BYE)})
-CLIENT_OBS_DTYPES = ("float32", "uint8")
 
 
 class RequestError(Exception):
@@ -91,7 +90,7 @@ def resolve_specs(config: Config) -> tuple[spaces.Spec, spaces.Spec]:
             obs = spaces.from_json(sc.observation_space)
         if sc.action_space is not None:
             act = spaces.from_json(sc.action_space)
-    if isinstance(obs, spaces.BoxSpec) and obs.dtype not in CLIENT_OBS_DTYPES:
+    if isinstance(obs, spaces.BoxSpec) and obs.dtype not in spaces.CLIENT_OBS_DTYPES:
         raise ValueError(f"server.observation_space: clients send float32 or uint8 observations, not {obs.dtype}")
     return obs, act
 
@@ -306,6 +305,9 @@ class AgentServer:
             if oi.dtype != self._obs_dtype or oi.shape != self._obs_shape:
                 raise wire.WireError(wire.Reason.BAD_SHAPE, f"obs is {oi.dtype}{list(oi.shape)}, expected {self._obs_dtype}{list(self._obs_shape)}")
             obs = a["obs"]
+            # NaN or inf would reach the policy (its logits) and the learner's batch.
+            if obs.dtype.kind == "f" and not np.isfinite(obs).all():
+                raise wire.WireError(wire.Reason.BAD_VALUE, "obs has a NaN or infinite value")
         elif needs_obs:
             raise wire.WireError(wire.Reason.MISSING_FIELD, "obs is required here")
         return obs, reward, flags
@@ -356,7 +358,19 @@ class AgentServer:
         state = None
         if batch[0][0].state is not None:  # recurrent: the clients' core states, stacked like their observations
             state = tuple(np.concatenate(parts) for parts in zip(*(s.state for s, _, _ in batch)))
-        actions, extras = self.policy.act(obs, state)
+        try:
+            actions, extras = self.policy.act(obs, state)
+        except Exception as e:  # noqa: BLE001 - one client's request must not stop the others'
+            # E.g. finite but huge observations whose logits overflow to NaN (the sampler
+            # raises ValueError). Answer each request alone, to refuse only the culprits.
+            if len(batch) > 1:
+                for item in batch:
+                    self._answer([item])
+            else:
+                session, seq, _ = batch[0]
+                reason = "bad_value" if isinstance(e, ValueError) else "internal_error"
+                self._refuse(session.identity, seq, reason, f"the policy cannot act on this observation: {e}")
+            return
         new_state = extras.pop("state", None)
         self.stats.batches += 1
         self.stats.batch_sizes += len(batch)
@@ -387,6 +401,9 @@ class AgentServer:
         except wire.WireError as e:
             self._error(identity, 0, e.reason.value, f"bad request: {e}")
             return
+        except Exception as e:  # noqa: BLE001 - the backstop, as below
+            self._refuse(identity, 0, "internal_error", f"cannot decode the request: {e!r}")
+            return
         try:
             if msg.kind == wire.Kind.HELLO:
                 self._hello(identity, msg)
@@ -407,6 +424,16 @@ class AgentServer:
             self._error(identity, msg.seq, e.reason.value, f"bad request: {e}")
         except RequestError as e:
             self._error(identity, msg.seq, "refused", str(e))
+        except Exception as e:  # noqa: BLE001 - a bad request must never stop the server
+            self._refuse(identity, msg.seq, "internal_error", f"cannot handle {msg.kind.name}: {e!r}")
+
+    def _refuse(self, identity: bytes, seq: int, reason: str, text: str) -> None:
+        """The backstop for a request that raised where no check expected it (called in the
+        except block): counted, logged (an internal_error with its traceback: a bug to fix),
+        answered with an ERROR, and its session dropped, since its state may be half updated."""
+        (log.exception if reason == "internal_error" else log.warning)("request seq %d refused (%s): %s", seq, reason, text)
+        self._drop(identity)
+        self._error(identity, seq, reason, text)
 
     def _drop(self, identity: bytes) -> None:
         if self.sessions.pop(identity, None) is not None:

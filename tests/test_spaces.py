@@ -1,0 +1,64 @@
+"""Space specs from JSON: whatever a hello carries is a spec or a SpecError, nothing else."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from zrl import spaces, wire
+
+pytestmark = pytest.mark.timeout(60)
+
+BIG = "1" + "0" * 400  # a JSON integer no float or int64 holds
+BOX = '{"type":"box","shape":[4],"dtype":"float32","low":null,"high":null}'
+
+
+def test_good_specs_round_trip():
+    for d in ({"type": "discrete", "n": 2}, {"type": "box", "shape": [84, 84, 4], "dtype": "uint8", "low": 0.0, "high": 255.0},
+              {"type": "box", "shape": [], "dtype": "float32", "low": None, "high": None}):
+        assert spaces.from_json(d).to_json() == d
+    # Integral floats and numpy values (YAML, checkpoints) still read as before.
+    assert spaces.from_json({"type": "box", "shape": [4.0], "low": np.float32(-1), "high": 1}).to_json()["shape"] == [4]
+    assert spaces.from_json({"type": "discrete", "n": np.int64(3)}) == spaces.DiscreteSpec(3)
+
+
+@pytest.mark.parametrize("text", [
+    # Numbers JSON can spell that overflow a float or an int (OverflowError escaped before).
+    '{"type":"box","shape":[4],"dtype":"float32","low":' + BIG + '}',
+    '{"type":"box","shape":[4],"dtype":"float32","high":-1e400}',
+    '{"type":"box","shape":[4],"dtype":"float32","low":NaN}',
+    '{"type":"box","shape":[4],"dtype":"float32","high":Infinity}',
+    '{"type":"box","shape":[1e400],"dtype":"float32"}',
+    '{"type":"box","shape":[' + BIG + '],"dtype":"float32"}',
+    '{"type":"box","shape":[NaN],"dtype":"float32"}',
+    '{"type":"discrete","n":1e400}',
+    '{"type":"discrete","n":-1e400}',
+    '{"type":"discrete","n":' + BIG + '}',
+    '{"type":"discrete","n":NaN}',
+    # Values the wire cannot carry, or that int() used to bend into shape.
+    '{"type":"discrete","n":2.5}',
+    '{"type":"discrete","n":"2"}',
+    '{"type":"discrete","n":true}',
+    '{"type":"discrete","n":0}',
+    '{"type":"box","shape":[4294967296],"dtype":"float32"}',
+    '{"type":"box","shape":[1,1,1,1,1,1,1],"dtype":"float32"}',
+    '{"type":"box","shape":[65536,65536,65536],"dtype":"float32"}',
+    '{"type":"box","shape":"4","dtype":"float32"}',
+    '{"type":"box","shape":[4],"dtype":["float32"]}',
+    '{"type":"box","shape":[4],"dtype":"float32","low":"0"}',
+    '{"type":"box","shape":[4],"dtype":"float32","low":[0]}',
+])
+def test_bad_numbers_are_a_spec_error(text):
+    with pytest.raises(spaces.SpecError) as e:
+        spaces.from_json(json.loads(text))
+    assert len(str(e.value)) < 400  # a hostile 400-digit number is not echoed whole
+
+
+def test_read_hello_turns_an_overflowing_spec_into_hello_invalid():
+    meta = ('{"role":"actor","protocol":1,"obs_space":{"type":"box","shape":[4],"dtype":"float32","low":' + BIG + '},'
+            '"action_space":{"type":"discrete","n":2}}')
+    for m in (meta, '{"role":"client","protocol":1,"obs_space":' + BOX + ',"action_space":{"type":"discrete","n":1e400}}'):
+        msg = wire.decode(wire.encode(wire.Kind.HELLO, meta=m, seq=1))
+        with pytest.raises(wire.HelloInvalid, match="bad space spec"):
+            wire.read_hello(msg, "learner")
