@@ -158,6 +158,7 @@ def test_short_run_then_eval_and_resume(tmp_path):
     ev = Proc(["eval", "--checkpoint", str(tmp_path), "--episodes", "4"])
     assert ev.wait(60) == 0, ev.output
     assert "mean return" in ev.output and "over 4 episodes" in ev.output
+    assert f"checkpoint {tmp_path / 'checkpoints'}" in ev.output  # which one it played
     again = Proc(["run", "--logdir", str(tmp_path), "--resume", "--max-env-steps", "45000", "--stop-at-return", "100000", *SMALL])
     assert again.wait(90) == 0, again.output
     assert "resumed from" in again.output

@@ -215,6 +215,7 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
         result = evaluate_checkpoint(checkpoint_path, episodes=episodes, greedy=not sample, seed=seed, num_envs=num_envs)
     except (ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
+    click.echo(f"checkpoint {result['checkpoint']}")
     click.echo(f"mean return {result['mean_return']:.2f} over {result['episodes']} episodes (min {result['min_return']:.1f}, max {result['max_return']:.1f}, {'sampled' if sample else 'greedy'})")
 
 

@@ -13,28 +13,35 @@ from zrl.learner.algorithms.base import ActorAlgo, NullRecorder
 
 
 def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
-    """Plays until `episodes` episodes have finished; returns their mean, min and max."""
+    """Plays `episodes` episodes; returns their mean, min and max.
+
+    Each of the E envs plays its own share (episodes / E, the first envs one more), its
+    first episodes in order. Taking whichever episodes finished first across the envs
+    instead would favour short ones (a policy that loses fast would look better)."""
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     env = make_vector_env(env_cfg, min(num_envs, episodes), seed)
+    E = env.num_envs
+    quota = [episodes // E + (k < episodes % E) for k in range(E)]
     stream = ActorAlgo(algo.make_eval_policy(model, greedy), NullRecorder())
-    returns: list[float] = []
+    returns: list[list[float]] = [[] for _ in range(E)]
     try:
         obs = env.reset()
         stream.begin(obs)
-        ep_ret = np.zeros(env.num_envs)
-        while len(returns) < episodes:
+        ep_ret = np.zeros(E)
+        while any(len(r) < q for r, q in zip(returns, quota)):
             step = env.step(stream.act(obs))
             stream.observe(step)
             done = step.terminated | step.truncated
             ep_ret += step.reward
             for k in np.flatnonzero(done):
-                returns.append(float(ep_ret[k]))
+                if len(returns[k]) < quota[k]:  # (an env done with its share plays on, unrecorded)
+                    returns[k].append(float(ep_ret[k]))
                 ep_ret[k] = 0.0
             obs = step.obs
     finally:
         env.close()
-    r = np.array(returns[:episodes])
+    r = np.array([x for per_env in returns for x in per_env])
     return {"mean_return": float(r.mean()), "min_return": float(r.min()), "max_return": float(r.max()), "episodes": len(r)}
 
 
