@@ -119,3 +119,14 @@ def test_endpoints_of_the_wrong_form_are_named_before_libzmq_sees_them():
     assert endpoint_problem("tcp://127.0.0.1:0", binding=True) is None  # libzmq picks a port, as for *
     with pytest.raises(UsageError, match="expected tcp://HOST:PORT"):
         Client("127.0.0.1:5555", {"type": "box", "shape": [4], "dtype": "float32"}, {"type": "discrete", "n": 2})
+
+
+def test_a_hello_whose_model_cannot_be_built_is_refused_and_the_learner_goes_on(ctx, endpoint, make_learner):
+    cfg = small_config()
+    learner, runner = make_learner(cfg)
+    huge = spaces.BoxSpec(shape=(2**16, 2**16), dtype="float32")  # a first layer of 2^38 weights
+    with pytest.raises(HelloError, match="cannot build the model"):
+        say_hello(ctx, endpoint, hello_meta(cfg, "actor", 0, huge, ACT, cfg.actor.num_envs), timeout_s=30)
+    assert learner.rejected["hello_refused"] == 1 and learner.model is None
+    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)  # the next hello agrees the specs
+    assert reply.kind == wire.Kind.HELLO_REPLY and runner.thread.is_alive()

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import zmq
 
-from zrl import transport, wire
+from zrl import spaces, transport, wire
+from zrl.actors.actor import hello_meta, say_hello
 from conftest import good_trajectory, small_config, wait_for
 
 
@@ -61,5 +62,25 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
         if reason != "random":
             assert learner.rejected[reason] >= len(bad[reason]), (reason, dict(learner.rejected))
     wait_for(lambda: learner.updates >= before + 5, 60, "training to continue after the garbage")
+    assert runner.thread.is_alive()
+    assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())
+
+
+def test_an_update_whose_gradients_overflow_leaves_the_weights_finite(ctx, make_learner):
+    # Finite but huge observations (the gate lets them through) overflow a ReLU network's
+    # loss to inf/NaN: the update zeroes its gradients instead of writing NaN into every weight.
+    cfg = small_config("model.activation=relu")
+    learner, runner = make_learner(cfg)
+    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, spaces.BoxSpec(shape=(4,), dtype="float32"),
+                                                        spaces.DiscreteSpec(n=2), cfg.actor.num_envs), timeout_s=10)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(learner.trajectory_endpoint)
+    huge = good_trajectory(cfg)
+    huge["obs"] = np.full_like(huge["obs"], 3e38)
+    for _ in range(6):  # batch_size 8 / K 4: 3 updates
+        push.send(wire.encode(wire.Kind.TRAJECTORY, huge))
+    wait_for(lambda: learner.updates >= 3, 60, "updates on the huge chunks")
+    push.close()
     assert runner.thread.is_alive()
     assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())

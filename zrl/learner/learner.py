@@ -127,6 +127,19 @@ class HostWeights:
         return version, (self.host.numpy() if self.gpu else publishable(self.flat))
 
 
+def _zero_nonfinite_grads(model: torch.nn.Module, grad_norm: torch.Tensor) -> torch.Tensor:
+    """Zeroes every gradient if their norm is not finite (a loss that overflowed: inputs huge
+    but finite, a learning rate that diverges), so that the step cannot write NaN into the
+    weights and every actor's copy of them; returns 1.0 where it did, else 0.0 (a tensor, so
+    no read: on a GPU a branch on it would wait for the backward pass). The optimiser still
+    steps, on zero gradients: Adam moves the weights a little along its running moments."""
+    ok = torch.isfinite(grad_norm)
+    for p in model.parameters():
+        if p.grad is not None:
+            torch.nan_to_num_(p.grad, 0.0, 0.0, 0.0).mul_(ok)
+    return (~ok).float()
+
+
 class Learner:
     def __init__(
         self,
@@ -346,7 +359,13 @@ class Learner:
                                "start actors with the learner's config")
         with self._lock:
             if self.model is None:
-                self._build(obs_spec, action_spec)
+                try:
+                    self._build(obs_spec, action_spec)
+                except checkpoint.CheckpointError:
+                    raise  # the run cannot go on (resuming a checkpoint of another model)
+                except Exception as e:  # noqa: BLE001 - the specs are the peer's: refuse them, keep serving
+                    raise HelloRefused(f"cannot build the model for obs {obs_spec.to_json()} and actions "
+                                       f"{action_spec.to_json()}: {e}") from None
                 self._say(f"model built for obs {obs_spec.to_json()} and actions {action_spec.to_json()}")
             elif obs_spec != self.obs_spec or action_spec != self.action_spec:
                 raise HelloRefused(
@@ -620,6 +639,7 @@ class Learner:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), lc.max_grad_norm)
+            nonfinite = _zero_nonfinite_grads(model, grad_norm)
             opt.step()
             algo.after_update(model, batch, stats)
             with self._lock:
@@ -645,7 +665,8 @@ class Learner:
             # synchronise with a GPU on every update.
             for k, v in stats.items():
                 stats_acc[k] = stats_acc.get(k, 0.0) + (v.detach() if isinstance(v, torch.Tensor) else v)
-            stats_acc["grad_norm"] = stats_acc.get("grad_norm", 0.0) + grad_norm.detach()
+            stats_acc["grad_norm"] = stats_acc.get("grad_norm", 0.0) + torch.nan_to_num(grad_norm.detach(), 0.0, 0.0, 0.0)
+            stats_acc["nonfinite_grads"] = stats_acc.get("nonfinite_grads", 0.0) + nonfinite
             n_acc += 1
 
             now = time.perf_counter()
