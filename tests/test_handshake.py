@@ -130,3 +130,24 @@ def test_a_hello_whose_model_cannot_be_built_is_refused_and_the_learner_goes_on(
     assert learner.rejected["hello_refused"] == 1 and learner.model is None
     reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)  # the next hello agrees the specs
     assert reply.kind == wire.Kind.HELLO_REPLY and runner.thread.is_alive()
+
+
+def test_an_actor_says_hello_again_to_a_learner_restarted_on_the_same_endpoints(endpoint, make_learner, make_actor, tmp_path):
+    # A learner that died and was started again on the same endpoints (an ipc path, fixed
+    # ports) is a new instance: it takes no trajectories before a hello agrees the specs,
+    # and ZeroMQ reconnects the actor's sockets by itself, so nothing else would tell it.
+    cfg = small_config()  # actor.learner_timeout_s=2: the actor asks after 2 s without weights
+    first, runner = make_learner(cfg)
+    actor, actor_runner = make_actor(cfg)
+    wait_for(lambda: first.updates >= 2, 60, "training with the first learner")
+    endpoints = (first.trajectory_endpoint, first.weights_endpoint)
+    first.request_stop()
+    runner.thread.join(30)
+    first._stop.set()  # a crash, not close(): no SHUTDOWN reaches the actor
+    first._receiver.join(5)
+    first._close_sockets()
+    second, _ = make_learner(cfg, logdir=tmp_path / "second")  # the same bind, nothing resumed
+    assert (second.trajectory_endpoint, second.weights_endpoint) == endpoints
+    assert second.instance != first.instance
+    wait_for(lambda: second.updates >= 2, 60, lambda: f"training with the second learner (rejected {dict(second.rejected)})")
+    assert actor_runner.thread.is_alive() and actor.link.instance == second.instance

@@ -12,7 +12,10 @@ If a send cannot go through for `actor.learner_timeout_s`, the actor asks
 the learner's control endpoint whether it is alive: a busy learner answers
 and the actor keeps waiting; a lost one does not, and the actor says so and
 keeps saying hello, with a deadline per attempt, until one comes back, then
-reconnects to whatever endpoints that learner reports.
+reconnects to whatever endpoints that learner reports. If no weights arrive
+for `actor.learner_timeout_s` while sends go through, it asks too (without
+waiting for the answer): a learner restarted on the same endpoints (an ipc
+path, fixed ports) is a new instance, which takes no data before a hello.
 """
 from __future__ import annotations
 
@@ -128,6 +131,9 @@ class LearnerLink:
         self.on_weights = on_weights  # called with the new policy version
         self.curve = curve
         self.endpoints: tuple[str, str] | None = None  # (trajectory, weights) of the learner we are connected to
+        self.instance: str | None = None  # that learner's instance (a new one after each start)
+        self._weights_at = time.monotonic()  # when weights last came (or we connected)
+        self._probe: HelloProbe | None = None  # a check of the learner while no weights come
         self.push: zmq.Socket | None = None
         self.pusher: transport.Pusher | None = None  # sends recorders' chunks on `push` (Sender)
         self.sub: zmq.Socket | None = None
@@ -161,6 +167,8 @@ class LearnerLink:
         info = reply.json()
         self.close()
         self.endpoints = (info["trajectory_endpoint"], info["weights_endpoint"])
+        self.instance = info.get("learner_instance")
+        self._weights_at = time.monotonic()
         self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.send_hwm)
         self.pusher = transport.Pusher(self.push)
         self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
@@ -177,6 +185,14 @@ class LearnerLink:
                 s.close(linger=0)
         self.push = self.sub = self.pusher = None
 
+    def finish(self) -> None:
+        """close(), once a check of the learner in flight is over (its socket must be
+        closed before the context ends)."""
+        if self._probe is not None:
+            self._probe.join(self.timeout_s + 5)
+            self._probe = None
+        self.close()
+
     def _apply_weights(self, msg: wire.Message) -> None:
         params = msg.arrays.get("params")
         if params is None or params.dtype != np.float32 or params.shape != (self.n_params,):
@@ -187,6 +203,7 @@ class LearnerLink:
             self.flat.copy_(torch.from_numpy(params))
         self.policy_version = msg.policy_version
         self.weights_applied += 1
+        self._weights_at = time.monotonic()
         if self.on_weights is not None:
             self.on_weights(msg.policy_version)
 
@@ -206,8 +223,26 @@ class LearnerLink:
             if msg.kind == wire.Kind.SHUTDOWN:
                 raise LearnerFinished(msg.text())
             newest = msg
-        if newest is not None and newest.policy_version != self.policy_version:
-            self._apply_weights(newest)
+        if newest is not None:
+            if newest.policy_version != self.policy_version:
+                self._apply_weights(newest)
+            else:
+                self._weights_at = time.monotonic()
+        elif self._probe is not None or time.monotonic() - self._weights_at >= self.timeout_s:
+            self._watch()
+
+    def _watch(self) -> None:
+        """No weights for a timeout: asks the learner on a thread (the loop goes on), and
+        follows it if it restarted (new endpoints, or a new instance on the same ones)."""
+        if self._probe is None:
+            self._probe = HelloProbe(self)
+            return
+        if not self._probe.done.is_set():
+            return
+        reply, self._probe = self._probe.reply, None
+        self._weights_at = time.monotonic()  # (asked again a timeout from now, if still none)
+        if reply is not None:
+            self.follow(reply)
 
     def try_send(self, frame) -> bool:
         """Sends without waiting; False if the high-water mark is reached."""
@@ -264,11 +299,16 @@ class LearnerLink:
 
     def follow(self, reply: wire.Message) -> bool:
         """Given a hello reply from a liveness check: if the learner names other endpoints
-        (it restarted), reopens to those and applies its weights. True if it did."""
+        or is another instance (it restarted), reopens to those and applies its weights.
+        True if it did."""
         info = reply.json()
         if (info["trajectory_endpoint"], info["weights_endpoint"]) == self.endpoints:
-            return False
-        self._say("the learner restarted on new endpoints; reconnecting")
+            if info.get("learner_instance") == self.instance:
+                return False
+            # The hello that got this reply has agreed the specs with the new learner.
+            self._say("the learner restarted on the same endpoints; reconnecting")
+        else:
+            self._say("the learner restarted on new endpoints; reconnecting")
         self._open(reply)
         self._apply_weights(reply)
         return True
@@ -407,7 +447,7 @@ class Actor:
             for env in envs:
                 env.close()
             if self.link is not None:
-                self.link.close()
+                self.link.finish()
             if self._own_ctx:
                 self.ctx.term()
 

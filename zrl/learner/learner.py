@@ -211,6 +211,9 @@ class Learner:
 
         self.model: torch.nn.Module | None = None
         self.algo: algorithms.Algorithm | None = None
+        # Told to actors in hello replies: one that sees another one (this process restarted
+        # on the same endpoints) says hello again, as a new learner needs before it takes data.
+        self.instance = os.urandom(8).hex()
         self.optimizer: torch.optim.Optimizer | None = None
         self.obs_spec: spaces.Spec | None = None
         self.action_spec: spaces.Spec | None = None
@@ -383,6 +386,7 @@ class Learner:
             "obs_space": self.obs_spec.to_json(),
             "action_space": self.action_spec.to_json(),
             "policy_version": version,
+            "learner_instance": self.instance,
         }
         return wire.encode(wire.Kind.HELLO_REPLY, {"params": params}, reply, policy_version=version)
 

@@ -528,7 +528,7 @@ class AgentServer:
             self._probe.join(self.link.timeout_s + 5 if self.link is not None else 5)
             self._probe = None
         if self.link is not None:
-            self.link.close()
+            self.link.finish()
             self.link = None
         if not self.router.closed:
             self.router.close(linger=0)
