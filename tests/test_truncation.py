@@ -135,3 +135,12 @@ def test_reward_scale_must_be_positive_and_finite(bad):
 
     with pytest.raises(ConfigError, match="algo.reward_scale"):
         small_config(f"algo.reward_scale={bad}")
+
+
+@pytest.mark.parametrize("T,B", [(1, 1), (3, 2)])
+def test_normalized_advantages_are_finite_down_to_one_step(T, B):
+    # The standard deviation of one advantage used to be NaN (the sample's, with n - 1).
+    cfg = small_config("algo.normalize_advantages=true")
+    algo = algorithms.get("impala")(cfg, OBS, ACT)
+    loss, stats = algo.loss(algo.build_model(), make_batch(T, B))
+    assert torch.isfinite(loss)

@@ -306,7 +306,7 @@ class Impala(Algorithm):
         vt = vtrace_on_host(log_rhos, discounts, rewards, values_t.detach(), bootstrap.detach(), hp)
         pg_adv = vt.pg_advantages
         if hp.normalize_advantages:
-            pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std() + 1e-8)
+            pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std(correction=0) + 1e-8)  # (correction=0: one step is NaN-free)
         pg_loss = -(pg_adv * target_logp).mean()
         baseline_loss = 0.5 * (vt.vs - values_t).pow(2).mean()
         entropy = head.entropy(params_t).mean()
