@@ -175,6 +175,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// ClientOptions::timeout is clamped to this, so that now() + timeout fits the clock.
+constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 365 * 100);
+
 // One context for every Client that is not given one: a context per Client
 // would cost an I/O thread each. It lives while some Client holds it; the
 // last one to go terminates it, which waits for a pending BYE (bounded by
@@ -299,7 +302,7 @@ ClientImpl::ClientImpl(std::string endpoint, ObsSpec obs, ActionSpec action, Cli
     : endpoint_(std::move(endpoint)),
       obs_(std::move(obs)),
       action_(std::move(action)),
-      timeout_(options.timeout),
+      timeout_(std::min(options.timeout, kLongestTimeout)),
       options_(std::move(options)) {
   zmq_msg_init(&in_);
   if (endpoint_.empty()) throw UsageError("zrl::Client: the endpoint is empty (expected e.g. tcp://127.0.0.1:5557)");
@@ -355,6 +358,10 @@ void ClientImpl::open_socket() {
   if (!s) throw Error(prefix() + ": cannot open a ZeroMQ socket: " + errno_text());
   const int zero = 0;
   zmq_setsockopt(s.get(), ZMQ_LINGER, &zero, sizeof(zero));
+  // A larger reply is refused by decode anyway: libzmq drops it (and its peer) unread,
+  // instead of buffering however much a broken or hostile server sends.
+  const int64_t max_bytes = static_cast<int64_t>(wire::kDefaultMaxBytes);
+  zmq_setsockopt(s.get(), ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
   if (!options_.curve_server_key.empty()) {
     // Keys as Z85 text: libzmq decodes a 41-byte (NUL-terminated) value.
     const std::pair<int, const std::string*> keys[] = {{ZMQ_CURVE_SERVERKEY, &options_.curve_server_key},
@@ -415,8 +422,9 @@ bool ClientImpl::wait_for(short events, Clock::time_point deadline) {
       if (zmq_errno() == EINTR) continue;
       throw Error(prefix() + ": zmq_poll failed: " + errno_text());
     }
-    if (rc > 0) return true;
+    // Ready, but past the deadline (a peer flooding stale replies): the call is over.
     if (Clock::now() >= deadline) return false;
+    if (rc > 0) return true;
   }
 }
 

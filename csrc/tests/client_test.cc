@@ -425,6 +425,51 @@ TEST(Client, RepliesWithAnotherSeqAreDiscarded) {
   EXPECT_DOUBLE_EQ(client.reset(1.0f), 3.0);
 }
 
+TEST(Client, AFloodOfStaleRepliesDoesNotHoldACallPastItsDeadline) {
+  // A server that answers the hello with replies to other requests, without end: each is
+  // discarded, and the call must still end at its deadline (it used to wait for a pause).
+  void* ctx = zmq_ctx_new();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  const int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+  char endpoint[256];
+  std::size_t len = sizeof(endpoint);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    char identity[256];
+    const int n = zmq_recv(router, identity, sizeof(identity), 0);  // the hello's routing identity
+    zmq_msg_t rest;
+    zmq_msg_init(&rest);
+    while (zmq_msg_recv(&rest, router, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&rest)) {
+    }
+    zmq_msg_close(&rest);
+    // 64 arrays: a reply the client takes longer to decode than the flood takes to send.
+    static const int64_t zeros[64] = {};
+    std::vector<wire::ArrayRef> arrays;
+    std::vector<std::string> names;
+    for (int i = 0; i < 64; ++i) names.push_back("a" + std::to_string(i));
+    for (int i = 0; i < 64; ++i) arrays.push_back({names[i], wire::DType::kInt64, wire::Shape{}, &zeros[i]});
+    const std::vector<uint8_t> stale = frame(wire::Kind::kAction, 999, 7, arrays);
+    const Clock::time_point until = Clock::now() + milliseconds(20000);
+    while (!stop && Clock::now() < until) {
+      zmq_send(router, identity, static_cast<std::size_t>(n), ZMQ_SNDMORE);
+      zmq_send(router, stale.data(), stale.size(), 0);
+    }
+  });
+  zrl::Client client(endpoint, kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds(200)));
+  const Clock::time_point t0 = Clock::now();
+  EXPECT_THROW(client.init(kObsA), zrl::TimeoutError);
+  const double waited = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  stop = true;
+  flood.join();
+  EXPECT_GE(waited, 190.0);
+  EXPECT_LT(waited, 5000.0);  // not the flood's 20 s
+  zmq_close(router);
+  zmq_ctx_term(ctx);
+}
+
 TEST(Client, TimeoutClosesTheSocketAndTheNextCallReconnectsAndSaysHelloAgain) {
   // The server ignores the first step (seq 3): the client must give up.
   FakeServer server([](const Received& r, std::size_t) -> Frames {
@@ -729,6 +774,25 @@ TEST(Client, ConstructorChecksSpecsAndOptions) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(dynamic_cast<const zrl::Error*>(&e), nullptr);
   }
+}
+
+TEST(Client, ATimeoutPastWhatTheClockHoldsIsAHundredYears) {
+  // milliseconds::max() ("no deadline") used to overflow now() + timeout: every call timed out at once.
+  FakeServer server([](const Received& r, std::size_t) { return well_behaved(r); });
+  zrl::Client client(server.endpoint(), kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds::max()));
+  EXPECT_EQ(client.timeout(), std::chrono::hours(24 * 365 * 100));
+  EXPECT_EQ(client.init(kObsA).index(), 0);
+}
+
+TEST(Client, AReplyPastTheSizeCapIsNeverBuffered) {
+  // libzmq drops a reply over 64 MiB (and its peer) unread: the call times out, where it
+  // used to receive the whole reply first and only then refuse it as too_large.
+  FakeServer server([](const Received& r, std::size_t) -> Frames {
+    if (r.kind == wire::Kind::kHello) return {std::vector<uint8_t>((std::size_t{64} << 20) + 1, 0)};
+    return well_behaved(r);
+  });
+  zrl::Client client(server.endpoint(), kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds(500)));
+  EXPECT_THROW(client.init(kObsA), zrl::TimeoutError);
 }
 
 TEST(Client, AMovedFromClientRefusesCallsAndTheMovedToOneWorks) {

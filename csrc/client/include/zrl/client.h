@@ -228,7 +228,8 @@ class ZRL_CLIENT_API ObsView {
 };
 
 struct ZRL_CLIENT_API ClientOptions {
-  // Deadline of each call, hello included (see "Timeouts" above). > 0.
+  // Deadline of each call, hello included (see "Timeouts" above). > 0; a longer
+  // one than 100 years (milliseconds::max() for "no deadline") is taken as 100 years.
   std::chrono::milliseconds timeout{10000};
   // Sent in the hello; the server shows it in its logs. Any UTF-8.
   std::string name = "cpp";
