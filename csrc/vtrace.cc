@@ -28,9 +28,9 @@ inline float fast_expf(float x) {
   const float magic = 12582912.0f;
   const float shifted = x * 1.44269504088896341f + magic;
   const float fn = shifted - magic;
-  int32_t n_bits;
+  uint32_t n_bits;  // (unsigned: a NaN's bits give a meaningless n, but no signed overflow)
   std::memcpy(&n_bits, &shifted, sizeof(n_bits));
-  const int32_t n = n_bits - 0x4B400000;  // the bit pattern of `magic`
+  const uint32_t n = n_bits - 0x4B400000u;  // the bit pattern of `magic`: n as two's complement
   x = x - fn * 0.693359375f + fn * 2.12194440e-4f;
   float y = 1.9875691500e-4f;
   y = y * x + 1.3981999507e-3f;
@@ -39,7 +39,7 @@ inline float fast_expf(float x) {
   y = y * x + 1.6666665459e-1f;
   y = y * x + 5.0000001201e-1f;
   y = y * x * x + x + 1.0f;
-  const int32_t bits = (n + 127) << 23;
+  const uint32_t bits = (n + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return y * scale;

@@ -158,7 +158,10 @@ int64_t ColumnStorage::slot_of(int64_t key) const {
     const int64_t slot = key & 0xFFFFFFFF, generation = key >> 32;
     if (static_cast<std::size_t>(slot) < size_) {
       const int64_t current = generations_[slot] & kGenerationMask;
-      if (generation <= current) return generation == current ? slot : -1;
+      if (generation == current) return slot;
+      // Older: stale. Newer: never issued, unless the slot's counter has passed 2^31 and
+      // its 31 bits wrapped (then a "newer" key is an older one: stale too).
+      if (generation < current || generations_[slot] > kGenerationMask) return -1;
     }
   }
   throw std::invalid_argument("keys: " + std::to_string(key) +
@@ -194,6 +197,9 @@ void ColumnStorage::validate(const StorageStateView& state) const {
   // FIFO leaves generation g + 1 on the slots before the cursor and g from the
   // cursor on (g = 0 and nothing wrapped yet when the buffer is not full).
   const int64_t g = state.generations[state.size - 1];
+  if (g < 0 || g == INT64_MAX)  // (g + 1 below must not overflow)
+    throw std::invalid_argument("state: generations are not the pattern FIFO leaves (slot " +
+                                std::to_string(state.size - 1) + ")");
   for (std::size_t s = 0; s < state.size; ++s) {
     const int64_t want = s < state.cursor && full ? g + 1 : g;
     if (state.generations[s] != want || (!full && state.generations[s] != 0) || want < 0)

@@ -13,7 +13,9 @@
 // evicted. This is what makes a learner's late update_priorities harmless.
 // The key keeps 31 bits of generation: after 2^31 overwrites of one slot
 // (2^31 * capacity additions) generations wrap, and only a key that old could
-// be mistaken for a current one.
+// be mistaken for a current one; once a slot's counter has wrapped, a key with
+// a "newer" generation is an older one, stale like the rest (before, it is a
+// key this storage never issued: an error).
 //
 // Concurrency: none inside; the owning buffer serialises every call.
 #pragma once

@@ -161,6 +161,7 @@ void PrioritizedReplay::import_state(const PrioritizedReplayStateView& state) {
   if (!(state.max_priority > 0.0) || !std::isfinite(state.max_priority))
     throw std::invalid_argument("state: max_priority must be finite and > 0");
   check_rng_state(state.rng_state);
+  storage_.validate(state.storage);  // (first: the loop below reads `size` priorities)
   const std::size_t size = state.storage.size;
   if (size && state.scaled_priorities == nullptr)
     throw std::invalid_argument("state: scaled_priorities missing");

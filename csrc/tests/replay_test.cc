@@ -270,7 +270,24 @@ TEST(PrioritizedReplay, StateRoundTripsAndResumesTheSameSamples) {
   refused([](auto&, auto&, auto& s) { s[2] = 0.0f; });
   refused([](auto& v, auto&, auto&) { v.max_priority = -1.0; });
   refused([](auto& v, auto&, auto&) { v.rng_state = {0, 0, 0, 0}; });
+  refused([](auto&, auto& g, auto&) { std::fill(g.begin(), g.end(), INT64_MAX); });  // g + 1 would overflow
   EXPECT_EQ(b.scaled_priorities(), a.scaled_priorities());
+
+  // Generations past 2^31 (a slot overwritten that often): keys keep 31 bits, so once a
+  // slot's counter wraps, a key of the generation before it reads as "newer". It is stale,
+  // skipped like any other, not refused as never issued.
+  std::vector<int64_t> late(7, (int64_t{1} << 31) - 1);
+  for (std::size_t i = 0; i < 3; ++i) late[i] = int64_t{1} << 31;  // before the cursor: one more
+  zrl::PrioritizedReplayStateView old = view;
+  old.storage.generations = late.data();
+  b.import_state(old);
+  Sampled before = sample(b, 64, 0.4);  // keys of slot 3 carry generation 2^31 - 1
+  ASSERT_NE(std::find(before.batch.id.begin(), before.batch.id.end(), 3), before.batch.id.end());
+  add(b, Batch::ids(100, 101));  // overwrites slot 3: its counter reaches 2^31, 0 in a key
+  std::vector<double> ones(64, 1.0);
+  EXPECT_NO_THROW(b.update_priorities(before.keys.data(), ones.data(), 64));
+  std::string why;
+  EXPECT_TRUE(b.check_invariants(&why)) << why;
 }
 
 TEST(PrioritizedReplay, ConcurrentAddSampleAndUpdateKeepTheTreeConsistent) {
