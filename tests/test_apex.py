@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import zmq
 
 from zrl import checkpoint, spaces, wire
 from zrl.config import load_config
@@ -11,6 +12,7 @@ from zrl.envs import Step
 from zrl.learner import algorithms
 from zrl.learner.algorithms import apex_dqn
 from zrl.learner.algorithms.apex_dqn import actor_epsilon
+from zrl.actors.actor import hello_meta, say_hello
 from zrl.learner.algorithms.base import Sender
 from zrl.replay import PrioritizedReplay
 from conftest import ROOT, wait_for
@@ -243,3 +245,34 @@ def test_a_resumed_replay_of_another_capacity_or_alpha_keeps_its_newest_items(ca
     np.testing.assert_array_equal(np.sort(items), kept)
     np.testing.assert_allclose(new._scaled_priorities() ** (1 / alpha), raw[items], rtol=1e-5)  # each its own
     new._check_invariants()
+
+
+def test_a_resumed_replay_saved_with_alpha_0_gives_its_items_the_largest_priority():
+    # Alpha 0 keeps no priorities (every scaled one is 1): migrating used to divide by 0.
+    old = PrioritizedReplay(8, {"x": ((2,), np.float32)}, alpha=0.0, seed=0)
+    old.add({"x": np.zeros((5, 2), np.float32)}, np.linspace(1, 50, 5))
+    new = PrioritizedReplay(8, {"x": ((2,), np.float32)}, alpha=0.6, seed=0)
+    apex_dqn._migrate({k: np.array(v) for k, v in old.state_dict().items()}, new)
+    assert len(new) == 5
+    np.testing.assert_allclose(new._scaled_priorities(), 1.0)  # the new buffer's largest seen: its first default
+    new._check_invariants()
+
+
+def test_a_target_that_overflows_gives_the_largest_finite_priority_and_training_goes_on(ctx, make_learner):
+    # Finite inputs whose TD target overflows to inf: update_priorities used to raise and stop the learner.
+    cfg = apex_config("algo.min_replay_size=32", "algo.batch_size=32")
+    learner, runner = make_learner(cfg)
+    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs), timeout_s=10)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(learner.trajectory_endpoint)
+    N = 64
+    chunk = {"obs": np.zeros((N, *OBS.shape), np.float32), "action": np.zeros(N, np.int64),
+             "reward": np.full(N, np.finfo(np.float32).max, np.float32), "discount": np.ones(N, np.float32),
+             "next_obs": np.full((N, *OBS.shape), 1e38, np.float32), "priority": np.ones(N, np.float32)}
+    push.send(wire.encode(wire.Kind.TRAJECTORY, chunk))
+    wait_for(lambda: learner.updates >= 3, 60, "updates on the overflowing transitions")
+    push.close()
+    assert runner.thread.is_alive() and sum(learner.rejected.values()) == 0
+    assert np.isfinite(learner.algo.replay.max_priority)
+    assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())

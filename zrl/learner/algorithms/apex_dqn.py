@@ -344,7 +344,11 @@ class ApexDQN(Algorithm):
         return loss, {"loss/td": loss.detach(), "q/mean": q.detach().mean(), "q/td_abs": td.detach().abs().mean()}
 
     def after_update(self, model, batch, info) -> None:
-        self._priorities.put(self.replay, self._keys, self._td.abs() + self.hp.priority_eps)
+        # A target that overflowed (huge but finite rewards or observations) gives an
+        # infinite or NaN TD error: the largest finite priority instead, which the replay
+        # takes (the update itself was guarded by the learner: no step on non-finite grads).
+        td = torch.nan_to_num(self._td.abs(), nan=torch.finfo(self._td.dtype).max)
+        self._priorities.put(self.replay, self._keys, td + self.hp.priority_eps)
         self._updates += 1
         if self._updates % self.hp.target_update_interval == 0:
             self.target.load_state_dict(model.state_dict())
@@ -381,8 +385,14 @@ def _migrate(saved: dict, replay: PrioritizedReplay) -> None:
     shrink its replay (the newest items are kept) or change alpha, and keeps its data."""
     size, cursor, capacity = int(saved["size"]), int(saved["cursor"]), int(saved["capacity"])
     order = np.arange(size) if size < capacity else (cursor + np.arange(size)) % capacity  # oldest first
-    priorities = np.asarray(saved["scaled_priorities"], np.float64)[order] ** (1.0 / float(saved["alpha"]))
-    replay.add({name: np.asarray(saved[f"field/{name}"])[order] for name in replay.fields}, priorities)
+    alpha = float(saved["alpha"])
+    priorities = None  # alpha 0 kept no priorities: each item gets the largest one seen
+    if size and alpha > 0:
+        with np.errstate(over="ignore", under="ignore"):
+            raw = np.asarray(saved["scaled_priorities"], np.float64)[order] ** (1.0 / alpha)
+        priorities = np.clip(raw, np.finfo(np.float64).tiny, np.finfo(np.float64).max)  # finite and > 0
+    if size:
+        replay.add({name: np.asarray(saved[f"field/{name}"])[order] for name in replay.fields}, priorities)
     log.warning("replay from the checkpoint (capacity %d, priority_alpha %g) moved into this run's (capacity %d, "
                 "priority_alpha %g): %d of its %d transitions kept", capacity, float(saved["alpha"]),
                 replay.capacity, replay.alpha, min(size, replay.capacity), size)
