@@ -146,7 +146,18 @@ def test_an_actor_says_hello_again_to_a_learner_restarted_on_the_same_endpoints(
     first._stop.set()  # a crash, not close(): no SHUTDOWN reaches the actor
     first._receiver.join(5)
     first._close_sockets()
-    second, _ = make_learner(cfg, logdir=tmp_path / "second")  # the same bind, nothing resumed
+    started = []
+
+    def rebind() -> bool:  # libzmq frees an inproc name asynchronously after the close
+        try:
+            started.append(make_learner(cfg, logdir=tmp_path / "second")[0])  # the same bind, nothing resumed
+        except OSError as e:
+            assert "in use" in str(e), e
+            return False
+        return True
+
+    wait_for(rebind, 10, "the first learner's endpoints to be free again")
+    second = started[0]
     assert (second.trajectory_endpoint, second.weights_endpoint) == endpoints
     assert second.instance != first.instance
     wait_for(lambda: second.updates >= 2, 60, lambda: f"training with the second learner (rejected {dict(second.rejected)})")

@@ -375,6 +375,8 @@ def test_non_finite_observations_are_refused_and_other_clients_go_on(ctx, make_s
         good.reset(1.0, truncated=True, final_obs=np.array([0, 0, 0, np.inf], np.float32))
     with pytest.raises(UsageError, match="reward must be finite"):
         good.send(float("nan"), zeros)
+    with pytest.raises(UsageError, match="reward must be finite"):
+        good.send(1e300, zeros)  # finite as a Python float, infinite as the float32 sent
     with pytest.raises(UsageError, match="finite"):
         good.metrics().scalar("score", float("inf"))
     assert good.reset(1.0) == pytest.approx(2.0)  # none of those reached the server

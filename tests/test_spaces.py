@@ -28,7 +28,7 @@ def test_good_specs_round_trip():
     '{"type":"box","shape":[4],"dtype":"float32","low":' + BIG + '}',
     '{"type":"box","shape":[4],"dtype":"float32","high":-1e400}',
     '{"type":"box","shape":[4],"dtype":"float32","low":NaN}',
-    '{"type":"box","shape":[4],"dtype":"float32","high":Infinity}',
+    '{"type":"box","shape":[4],"dtype":"float32","low":Infinity}',  # an infinity on the wrong side
     '{"type":"box","shape":[1e400],"dtype":"float32"}',
     '{"type":"box","shape":[' + BIG + '],"dtype":"float32"}',
     '{"type":"box","shape":[NaN],"dtype":"float32"}',
@@ -53,6 +53,13 @@ def test_bad_numbers_are_a_spec_error(text):
     with pytest.raises(spaces.SpecError) as e:
         spaces.from_json(json.loads(text))
     assert len(str(e.value)) < 400  # a hostile 400-digit number is not echoed whole
+
+
+def test_an_infinite_bound_on_its_own_side_is_no_bound():
+    # As gymnasium writes an unbounded Box (and YAML's -.inf / .inf): the same as null.
+    d = json.loads('{"type":"box","shape":[4],"dtype":"float32","low":-Infinity,"high":Infinity}')
+    assert spaces.from_json(d) == spaces.BoxSpec(shape=(4,), dtype="float32")
+    assert spaces.from_json({"type": "box", "shape": [4], "high": 10**400}).high is None  # (past a float: +inf)
 
 
 def test_read_hello_turns_an_overflowing_spec_into_hello_invalid():

@@ -85,18 +85,21 @@ def _int(x: Any, what: str, most: int) -> int:
     return int(x)
 
 
-def _bound(x: Any) -> float | None:
-    """A finite scalar bound, or None."""
+def _bound(x: Any, side: str) -> float | None:
+    """A finite scalar bound, or None (no bound: null, or an infinity on its own side,
+    as gymnasium writes an unbounded Box)."""
     if x is None:
         return None
     if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise SpecError(f"low/high must be a number or null, got {_short(x)}")
+        raise SpecError(f"{side} must be a number or null, got {_short(x)}")
     try:
         v = float(x)
     except OverflowError:
-        v = math.inf
+        v = math.inf if x > 0 else -math.inf
+    if v == (-math.inf if side == "low" else math.inf):
+        return None
     if not math.isfinite(v):
-        raise SpecError(f"low/high must be finite or null, got {_short(x)}")
+        raise SpecError(f"{side} must be finite, null or {'-' if side == 'low' else '+'}inf, got {_short(x)}")
     return v
 
 
@@ -138,8 +141,8 @@ def from_json(d: Any) -> Spec:
             return BoxSpec(
                 shape=dims,
                 dtype=_dtype(d.get("dtype", "float32")),
-                low=_bound(d.get("low")),
-                high=_bound(d.get("high")),
+                low=_bound(d.get("low"), "low"),
+                high=_bound(d.get("high"), "high"),
             )
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         # Whatever a hello carries (JSON allows 1e400, NaN and 400-digit integers)

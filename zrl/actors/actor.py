@@ -134,6 +134,8 @@ class LearnerLink:
         self.instance: str | None = None  # that learner's instance (a new one after each start)
         self._weights_at = time.monotonic()  # when weights last came (or we connected)
         self._probe: HelloProbe | None = None  # a check of the learner while no weights come
+        self._opened = 0  # how many times _open ran: a probe's reply is stale if the link reopened since
+        self._probe_opened = 0
         self.push: zmq.Socket | None = None
         self.pusher: transport.Pusher | None = None  # sends recorders' chunks on `push` (Sender)
         self.sub: zmq.Socket | None = None
@@ -169,6 +171,7 @@ class LearnerLink:
         self.endpoints = (info["trajectory_endpoint"], info["weights_endpoint"])
         self.instance = info.get("learner_instance")
         self._weights_at = time.monotonic()
+        self._opened += 1
         self.push = transport.socket(self.ctx, zmq.PUSH, hwm=self.send_hwm)
         self.pusher = transport.Pusher(self.push)
         self.sub = transport.socket(self.ctx, zmq.SUB, hwm=2)
@@ -236,12 +239,13 @@ class LearnerLink:
         follows it if it restarted (new endpoints, or a new instance on the same ones)."""
         if self._probe is None:
             self._probe = HelloProbe(self)
+            self._probe_opened = self._opened
             return
         if not self._probe.done.is_set():
             return
         reply, self._probe = self._probe.reply, None
         self._weights_at = time.monotonic()  # (asked again a timeout from now, if still none)
-        if reply is not None:
+        if reply is not None and self._opened == self._probe_opened:  # (else a reply from before a reconnect)
             self.follow(reply)
 
     def try_send(self, frame) -> bool:

@@ -163,14 +163,16 @@ class Client:
             return msg
 
     def _act(self, flags: int, reward: float, obs) -> wire.Message:
-        if not math.isfinite(reward):
-            raise UsageError(f"the reward must be finite, got {reward}")
+        with np.errstate(over="ignore"):  # 1e300 is inf as the float32 that is sent: refused
+            r = np.float32(reward)
+        if not np.isfinite(r):
+            raise UsageError(f"the reward must be finite as a float32, got {reward}")
         if self._sock is None:
             self._connect()
         arrays: dict[str, Any] = {}
         if obs is not None:
             arrays["obs"] = self._check_obs(obs)
-        arrays["reward"] = np.float32(reward)
+        arrays["reward"] = r
         arrays["flags"] = np.uint8(flags)
         return self._request(wire.encode(wire.Kind.ACT, arrays, seq=self._next_seq()), expect=wire.Kind.ACTION)
 

@@ -258,7 +258,11 @@ class Learner:
         self._receiver_error: BaseException | None = None
         if self._resume_state is not None:
             st = self._resume_state
-            self._build(spaces.from_json(st["obs_spec"]), spaces.from_json(st["action_spec"]))
+            try:
+                self._build(spaces.from_json(st["obs_spec"]), spaces.from_json(st["action_spec"]))
+            except BaseException:  # (a checkpoint that does not fit the model): unbind, then raise
+                self._close_sockets()
+                raise
 
     # ------------------------------------------------------------------ set-up
 
