@@ -76,6 +76,29 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_ctrl_c_after_the_output_pipe_closed_still_saves(tmp_path):
+    # `zrl run | tee log`, then Ctrl-C: tee stops too, and every later print of zrl run and
+    # its children hits a closed pipe. BrokenPipeError used to stop zrl run before it asked
+    # the learner to save, and the learner was killed: no checkpoint, no summary, exit 1.
+    p = subprocess.Popen([*ZRL, "run", "--logdir", str(tmp_path), "--max-seconds", "100", "--stop-at-return", "100000", *SMALL],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        for line in p.stdout:
+            if "updates" in line:  # training
+                break
+        p.stdout.close()  # the reader is gone
+        os.killpg(p.pid, signal.SIGINT)
+        code = p.wait(60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert code == 130
+    assert any((tmp_path / "checkpoints").iterdir()), "the learner saved"
+    assert json.loads((tmp_path / "summary.json").read_text())["stop_reason"] == "interrupted"
+
+
+@pytest.mark.timeout(120)
 def test_a_second_ctrl_c_kills_a_learner_that_does_not_stop(tmp_path):
     run = Proc(["run", "--logdir", str(tmp_path), "--max-seconds", "100", "--stop-at-return", "100000", *SMALL])
     children = []
@@ -169,10 +192,16 @@ def test_short_run_then_eval_and_resume(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_an_env_that_cannot_be_made_stops_the_run_at_once(tmp_path):
-    run = Proc(["run", "--logdir", str(tmp_path), "--max-seconds", "100", "-o", "env.id=NoSuchEnv-v9"])
+@pytest.mark.parametrize("override,why", [
+    ("env.id=NoSuchEnv-v9", "env.id: cannot make 'NoSuchEnv-v9'"),
+    # A model the env's observations cannot feed: it used to be restarted until the time
+    # limit, and the run exited 0 having trained nothing.
+    ("model.network=impala_shallow", "needs image observations"),
+])
+def test_an_env_or_model_that_cannot_work_stops_the_run_at_once(tmp_path, override, why):
+    run = Proc(["run", "--logdir", str(tmp_path), "--max-seconds", "100", "-o", override])
     assert run.wait(50) == 2, run.output
-    assert "env.id: cannot make 'NoSuchEnv-v9'" in run.output and "Traceback" not in run.output, run.output
+    assert why in run.output and "Traceback" not in run.output, run.output
     assert "restarting" not in run.output, "an actor whose config cannot work is not restarted"
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert "cannot run with this config" in summary["stop_reason"] and summary["env_steps"] == 0
@@ -249,6 +278,20 @@ def test_a_run_fails_once_every_training_actor_gave_up_whatever_the_eval_actor_d
     actors[0].gave_up = actors[1].gave_up = None
     actors[2].gave_up = 2  # any actor whose config cannot run stops the run: they share it
     assert launch._actors_failed(actors)[0] == 2
+    actors[2].gave_up = 3  # or whose hello the learner refused: the others' would be too
+    code, reason = launch._actors_failed(actors)
+    assert code == 3 and "refused" in reason
+
+
+def test_an_actor_whose_hello_was_refused_is_not_restarted():
+    from zrl import launch
+
+    opts = launch.RunOptions(config_path=None, overrides=[], num_actors=1, seed=0, logdir="unused")
+    for code, restarted in ((1, True), (3, False), (2, False)):
+        a = launch._Child("actor 0", [], fork=True)
+        a.proc = FakeProc(code=code)
+        launch._supervise_actor(a, now=0.0, opts=opts)
+        assert (a.restart_at is not None) == restarted and a.gave_up == (None if restarted else code)
 
 
 def test_a_run_with_only_an_agent_server_fails_once_the_server_gave_up():
@@ -278,3 +321,15 @@ def test_an_actor_started_after_a_stop_gets_its_own_sigterm_and_no_actor_gets_tw
     a.stop()
     a.stop()
     assert a.proc.signals == [signal.SIGTERM]
+
+
+def test_a_run_out_of_time_with_nothing_trained_fails(tmp_path):
+    from zrl import launch
+
+    opts = launch.RunOptions(config_path=None, overrides=[], num_actors=2, seed=0, logdir=str(tmp_path))
+    final = tmp_path / "learner_final.json"
+    for steps, resumed, code in ((0, 0, 1), (5000, 0, 0), (5000, 5000, 1)):
+        final.write_text(json.dumps({"env_steps": steps, "resumed_env_steps": resumed, "stop_reason": "time limit"}))
+        assert launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0) == code, (steps, resumed)
+    final.write_text(json.dumps({"env_steps": 5000, "resumed_env_steps": 5000, "stop_reason": "env step limit"}))
+    assert launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0) == 0  # a resume already done

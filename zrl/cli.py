@@ -6,6 +6,7 @@ heavy imports (torch) happen inside the commands that need them, so
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -96,10 +97,51 @@ config_option = click.option("--config", "config_path", type=click.Path(dir_okay
 override_option = click.option("-o", "--override", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
 
 
+class _PipeSafe:
+    """sys.stdout / sys.stderr of zrl's commands. Once the reader of a pipe has gone (`zrl run
+    | tee log`: a Ctrl-C stops tee too), a print would raise BrokenPipeError in the middle of a
+    checkpoint or a shutdown; from then on the output goes to /dev/null instead."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _gone(self) -> None:
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, self._stream.fileno())
+            os.close(fd)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+            try:
+                self._stream.flush()  # what was buffered goes to /dev/null
+            except OSError:
+                pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """zrl: distributed reinforcement learning over ZeroMQ."""
+    for name in ("stdout", "stderr"):  # (before logging, which keeps sys.stderr)
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _PipeSafe):
+            setattr(sys, name, _PipeSafe(stream))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
 
 

@@ -28,6 +28,9 @@ from typing import Callable
 
 from zrl.config import Config
 
+# How long `zrl run`, leaving on an error of its own, waits for the learner to save and exit.
+LEARNER_STOP_S = 120.0
+
 
 def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=None, max_seconds=None, max_env_steps=None, ready_file=None, install_signals: Callable | None = None) -> int:
     from zrl.checkpoint import CheckpointError
@@ -322,10 +325,10 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
 
     def stop_all(why: str) -> None:
         stopping.set()
-        print(why, flush=True)
-        ask_learner()
+        ask_learner()  # first: nothing below may cost the learner its checkpoint
         for a in actors:
             a.stop()
+        print(why, flush=True)
 
     children = [learner, *actors]
 
@@ -372,6 +375,10 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
     finally:
         for a in actors:
             a.stop()
+        if learner.alive() and not asked["forced"]:
+            # Leaving on an error (not a signal, not the learner's own end): it still saves first.
+            ask_learner()
+            _reap([learner], timeout=LEARNER_STOP_S)
         _reap([learner, *actors], timeout=10.0)
         for s, h in old.items():
             signal.signal(s, h)
@@ -415,8 +422,8 @@ def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
         code = a.proc.returncode
         if code == 0:
             return  # finished on its own (the learner said shutdown)
-        if code == 2:  # its config cannot run (it said why): a restart would fail the same way
-            a.gave_up = code
+        if code in (2, 3):  # its config cannot run, or the learner refused its hello (it said
+            a.gave_up = code  # why): a restart would fail the same way
             return
         if a.restarts >= opts.max_restarts:
             print(f"[zrl run] {a.name} exited with {code}; restart cap ({opts.max_restarts}) reached, not restarting", flush=True)
@@ -429,18 +436,24 @@ def _supervise_actor(a: _Child, now: float, opts: RunOptions) -> None:
     elif now >= a.restart_at:
         a.restarts += 1
         a.restart_at = None
-        a.start()
+        try:
+            a.start()
+        except OSError as e:  # (fork or exec failed: out of processes or memory) a failed restart
+            print(f"[zrl run] cannot restart {a.name}: {e}", flush=True)
 
 
 def _actors_failed(actors: list[_Child]) -> tuple[int, str] | None:
     """(exit code, reason) once the run cannot go on: an actor whose config cannot run (every
-    actor shares it), or every training actor given up after its restarts (an evaluation
+    actor shares it) or whose hello the learner refused, or every training actor given up
+    after its restarts (an evaluation
     actor or an agent server left running would not feed the learner). With no training
     actors (run.num_actors 0) the agent server is the data source: the run fails once it
     has given up."""
     for a in actors:
         if a.gave_up == 2:
             return 2, f"{a.name} cannot run with this config (exit code 2, its error above)"
+        if a.gave_up == 3:
+            return 3, f"the learner refused {a.name}'s hello (exit code 3, the reason above)"
     training = [a for a in actors if a.name.startswith("actor ")]
     if training and all(a.gave_up is not None for a in training):
         return 1, "every actor failed and reached its restart cap"
@@ -506,4 +519,8 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
     )
     if learner_code is not None and learner_code < 0:  # killed by a signal
         return 128 - learner_code
+    if learner_code == 0 and summary["stop_reason"] == "time limit" and run_steps == 0:
+        # Out of time with nothing trained (actors that failed to start, restarted until then).
+        print("[zrl run] no env steps in this run: no actor fed the learner (their errors are above)", file=sys.stderr, flush=True)
+        return 1
     return 0 if learner_code == 0 else (learner_code or 1)

@@ -411,8 +411,11 @@ class Actor:
             else:
                 envs = [make_vector_env(cfg.env, width, seed + g * width) for g in range(G)]
             obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
-            algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
-            self.model = algo.build_model()
+            try:
+                algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
+                self.model = algo.build_model()
+            except ValueError as e:  # e.g. a CNN for vector observations: the config cannot run here
+                raise ConfigError(f"{cfg.env.id}: {e}") from None
             precision = resolve_precision(cfg.actor.precision, torch.device("cpu"))
             if precision == "bf16":
                 # The model itself in bf16: the link casts the weights it receives straight into it.
