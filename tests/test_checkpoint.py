@@ -139,7 +139,10 @@ def test_resume_with_another_reward_scale_warns(tmp_path, endpoint, make_learner
         make_learner(cfg, logdir=logdir, resume=True, start=False, bind=endpoint + "-same")
         assert "reward_scale" not in caplog.text
         make_learner(small_config("algo.reward_scale=1.0"), logdir=logdir, resume=True, start=False, bind=endpoint + "-other")
+        assert "env.id" not in caplog.text
+        make_learner(small_config("env.id=Acrobot-v1"), logdir=logdir, resume=True, start=False, bind=endpoint + "-env")
     assert "trained with algo.reward_scale 0.1, this config has 1.0" in caplog.text
+    assert "trained on env.id 'CartPole-v1', this config has 'Acrobot-v1'" in caplog.text
 
 
 def test_algo_changes_counts_a_setting_the_checkpoint_lacks_as_its_default_then():

@@ -278,6 +278,10 @@ class Learner:
         checkpoint.check_compatible(path, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
         for key, theirs, ours in checkpoint.algo_changes(state, self.config):
             self._say(f"warning: {path} was trained with algo.{key} {theirs!r}, this config has {ours!r}")
+        trained_on = state["config"].get("env", {}).get("id")
+        if trained_on != self.config.env.id:  # (allowed: another version of the same env, say)
+            self._say(f"warning: {path} was trained on env.id {trained_on!r}, this config has {self.config.env.id!r}; "
+                      "actors whose observations or actions differ from the checkpoint's will be refused")
         if checkpoint.optimizer_of(state) == self.config.learner.optimizer:
             for key, theirs, ours in checkpoint.optimizer_changes(state, self.config):
                 self._say(f"{path} was trained with learner.{key} {theirs!r}; resuming with this config's {ours!r}")
