@@ -326,7 +326,7 @@ def test_hellos_with_numbers_out_of_range_are_refused_and_the_server_goes_on(ctx
     box = '{"type":"box","shape":[4],"dtype":"float32","low":null,"high":null}'
     metas = [
         '{"type":"box","shape":[4],"dtype":"float32","low":' + big + ',"high":null}',
-        '{"type":"box","shape":[4],"dtype":"float32","low":null,"high":1e400}',
+        '{"type":"box","shape":[4],"dtype":"float32","low":null,"high":-1e400}',  # (+1e400 reads as no bound)
         '{"type":"box","shape":[4],"dtype":"float32","low":NaN,"high":null}',
         '{"type":"box","shape":[' + big + '],"dtype":"float32","low":null,"high":null}',
     ]
