@@ -28,6 +28,21 @@ namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style>;
 
+// Whether `got` is `want`: the same kind and size in this machine's byte order. (Not
+// dtype identity: an unpickled float32 array, or np.longlong for int64, has another
+// dtype object of the same type.)
+bool is_dtype(const py::dtype& got, const py::dtype& want) {
+  const char order = got.byteorder();
+  return got.kind() == want.kind() && got.itemsize() == want.itemsize() &&
+         (order == '=' || order == '|' || order == want.byteorder());
+}
+
+// 2-byte integers holding bfloat16 bits, in this machine's byte order.
+bool is_bf16_bits(const py::dtype& dt) {
+  const char order = dt.byteorder();
+  return (dt.kind() == 'i' || dt.kind() == 'u') && dt.itemsize() == 2 && (order == '=' || order == '|' || order == '<');
+}
+
 // A float32 array of exactly `ndim` dims, C-contiguous (copied if it was not).
 // Errors name the Python argument, so the user knows which one is wrong.
 FloatArray as_float32(const py::handle& obj, const char* name, py::ssize_t ndim) {
@@ -35,7 +50,7 @@ FloatArray as_float32(const py::handle& obj, const char* name, py::ssize_t ndim)
     throw py::value_error(std::string(name) + ": expected a numpy array, got " +
                           std::string(py::str(py::type::of(obj).attr("__name__"))));
   auto arr = py::reinterpret_borrow<py::array>(obj);
-  if (!arr.dtype().is(py::dtype::of<float>()))
+  if (!is_dtype(arr.dtype(), py::dtype::of<float>()))
     throw py::value_error(std::string(name) + ": expected dtype float32, got " +
                           std::string(py::str(arr.dtype())));
   if (arr.ndim() != ndim)
@@ -57,7 +72,7 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
     throw py::value_error("pixels_to_channels_last: src and out must be numpy arrays");
   auto src = py::reinterpret_borrow<py::array>(src_obj);
   auto out = py::reinterpret_borrow<py::array>(out_obj);
-  if (!src.dtype().is(py::dtype::of<std::uint8_t>()))
+  if (!is_dtype(src.dtype(), py::dtype::of<std::uint8_t>()))
     throw py::value_error("src: expected dtype uint8, got " + std::string(py::str(src.dtype())));
   if (src.ndim() != 4 || out.ndim() != 4)
     throw py::value_error("src and out: expected 4 dimensions ([N, C, H, W] and [N, H, W, C])");
@@ -73,9 +88,9 @@ void pixels_to_channels_last(const py::handle& src_obj, const py::handle& out_ob
   check_layout(src, "src");
   check_layout(out, "out");
   if (!out.writeable()) throw py::value_error("out: array is read-only");
-  const bool f32 = out.dtype().is(py::dtype::of<float>());
-  const bool u8 = out.dtype().is(py::dtype::of<std::uint8_t>());
-  const bool bf16 = (out.dtype().kind() == 'i' || out.dtype().kind() == 'u') && out.itemsize() == 2;
+  const bool f32 = is_dtype(out.dtype(), py::dtype::of<float>());
+  const bool u8 = is_dtype(out.dtype(), py::dtype::of<std::uint8_t>());
+  const bool bf16 = is_bf16_bits(out.dtype());
   if (!f32 && !u8 && !bf16)
     throw py::value_error("out: expected float32, uint8, or int16/uint16 holding bfloat16 bits; got " +
                           std::string(py::str(out.dtype())));
@@ -99,13 +114,13 @@ bool quantize_rows(const py::handle& src_obj, const py::handle& out_obj, const p
   auto src = py::reinterpret_borrow<py::array>(src_obj);
   auto out = py::reinterpret_borrow<py::array>(out_obj);
   auto scales = py::reinterpret_borrow<py::array>(scales_obj);
-  const bool f32 = src.dtype().is(py::dtype::of<float>());
-  const bool bf16 = (src.dtype().kind() == 'i' || src.dtype().kind() == 'u') && src.itemsize() == 2;
+  const bool f32 = is_dtype(src.dtype(), py::dtype::of<float>());
+  const bool bf16 = is_bf16_bits(src.dtype());
   if (!f32 && !bf16)
     throw py::value_error("src: expected float32, or int16/uint16 holding bfloat16 bits; got " + std::string(py::str(src.dtype())));
-  if (!out.dtype().is(py::dtype::of<std::int8_t>()))
+  if (!is_dtype(out.dtype(), py::dtype::of<std::int8_t>()))
     throw py::value_error("out: expected dtype int8, got " + std::string(py::str(out.dtype())));
-  if (!scales.dtype().is(py::dtype::of<float>()))
+  if (!is_dtype(scales.dtype(), py::dtype::of<float>()))
     throw py::value_error("scales: expected dtype float32, got " + std::string(py::str(scales.dtype())));
   if (src.ndim() != 2 || out.ndim() != 2 || scales.ndim() != 1)
     throw py::value_error("quantize_rows: expected src [R, K], out [R, K] and scales [R]");
@@ -129,7 +144,9 @@ bool quantize_rows(const py::handle& src_obj, const py::handle& out_obj, const p
 
 // One int8 layer (see int8_gemm.h): x uint8 (any shape, C-contiguous), base int64 [P], w int8
 // [J, OC, 4], offs int32 [J], scale and bias float32 [OC], out uint8 or float32 [P, OC]. Every
-// run base[p] + offs[j] .. + 4 must lie inside x (checked). portable: the plain loop, not AVX2.
+// run base[p] + offs[j] .. + 4 must lie inside x (checked; the kernel then runs without the
+// GIL, so base and offs must not change under it). portable: the plain loop, not AVX2.
+constexpr py::ssize_t kMaxInt8LayerJ = INT32_MAX / (4 * 255 * 127);
 void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::handle& w_obj, const py::handle& offs_obj,
                 const py::handle& scale_obj, const py::handle& bias_obj, float inv_out_scale, int qmax,
                 const py::handle& out_obj, bool portable) {
@@ -143,7 +160,7 @@ void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::h
   auto x = arr(x_obj, "x"), base = arr(base_obj, "base"), w = arr(w_obj, "w"), offs = arr(offs_obj, "offs");
   auto scale = arr(scale_obj, "scale"), bias = arr(bias_obj, "bias"), out = arr(out_obj, "out");
   auto want = [](const py::array& a, const py::dtype& dt, const char* name) {
-    if (!a.dtype().is(dt)) throw py::value_error(std::string("int8_layer: ") + name + " has dtype " + std::string(py::str(a.dtype())));
+    if (!is_dtype(a.dtype(), dt)) throw py::value_error(std::string("int8_layer: ") + name + " has dtype " + std::string(py::str(a.dtype())));
   };
   want(x, py::dtype::of<std::uint8_t>(), "x");
   want(base, py::dtype::of<std::int64_t>(), "base");
@@ -151,8 +168,8 @@ void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::h
   want(offs, py::dtype::of<std::int32_t>(), "offs");
   want(scale, py::dtype::of<float>(), "scale");
   want(bias, py::dtype::of<float>(), "bias");
-  const bool u8 = out.dtype().is(py::dtype::of<std::uint8_t>());
-  if (!u8 && !out.dtype().is(py::dtype::of<float>())) throw py::value_error("int8_layer: out must be uint8 or float32");
+  const bool u8 = is_dtype(out.dtype(), py::dtype::of<std::uint8_t>());
+  if (!u8 && !is_dtype(out.dtype(), py::dtype::of<float>())) throw py::value_error("int8_layer: out must be uint8 or float32");
   if (w.ndim() != 3 || w.shape(2) != 4 || base.ndim() != 1 || offs.ndim() != 1 || offs.shape(0) != w.shape(0))
     throw py::value_error("int8_layer: expected w [J, OC, 4], base [P] and offs [J]");
   const py::ssize_t P = base.shape(0), J = w.shape(0), OC = w.shape(1);
@@ -165,10 +182,15 @@ void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::h
   if (u8 && (qmax < 0 || qmax > 255)) throw py::value_error("int8_layer: qmax must be in [0, 255]");
   const auto* b = static_cast<const std::int64_t*>(base.data());
   const auto* o = static_cast<const std::int32_t*>(offs.data());
+  // Each output sums 4 * J products of up to 255 x 127 in int32 (the portable loop exactly).
+  if (J > kMaxInt8LayerJ)
+    throw py::value_error("int8_layer: J " + std::to_string(J) + " > " + std::to_string(kMaxInt8LayerJ) +
+                          ": the int32 sums could overflow");
   if (P > 0 && J > 0) {
     const auto [bl, bh] = std::minmax_element(b, b + P);
     const auto [ol, oh] = std::minmax_element(o, o + J);
-    if (*bl + *ol < 0 || *bh + *oh + 4 > static_cast<std::int64_t>(x.size()))
+    // In 128 bits: a hostile base near INT64_MAX must not wrap past the check.
+    if (static_cast<__int128>(*bl) + *ol < 0 || static_cast<__int128>(*bh) + *oh + 4 > static_cast<__int128>(x.size()))
       throw py::value_error("int8_layer: base + offs reach outside x");
   }
   const zrl::Int8Layer layer{static_cast<const std::int8_t*>(w.data()), static_cast<std::size_t>(J), static_cast<std::size_t>(OC), o,
@@ -190,7 +212,7 @@ py::tuple sample_categorical(const py::handle& logits_obj, const py::handle& u_o
   require_aligned(logits, "logits");
   if (!py::isinstance<py::array>(u_obj)) throw py::value_error("u: expected a numpy array");
   auto u_arr = py::reinterpret_borrow<py::array>(u_obj);
-  if (!u_arr.dtype().is(py::dtype::of<double>()) || u_arr.ndim() != 1)
+  if (!is_dtype(u_arr.dtype(), py::dtype::of<double>()) || u_arr.ndim() != 1)
     throw py::value_error("u: expected a float64 array of 1 dimension");
   require_aligned(u_arr, "u");
   auto u = py::array_t<double, py::array::c_style>::ensure(u_arr);  // a copy only if strided
@@ -285,12 +307,6 @@ py::dtype numpy_dtype(zrl::DType dtype) {
 
 // Equal kind and size in native byte order; a swapped-order array is refused
 // rather than stored as garbage.
-bool is_dtype(const py::dtype& got, const py::dtype& want) {
-  const char order = got.byteorder();
-  return got.kind() == want.kind() && got.itemsize() == want.itemsize() &&
-         (order == '=' || order == '|' || order == want.byteorder());
-}
-
 std::string shape_str(const std::vector<py::ssize_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i)

@@ -21,7 +21,8 @@
 // The AVX2 kernel multiplies with vpmaddubsw, which adds pairs of products in saturating
 // int16: the caller keeps x[a] w[a] + x[b] w[b] within int16 (|w| <= 63 for x up to
 // 255, |w| <= 127 for x up to 127; zrl's int8_weight_max). The portable loop gives the
-// exact sums; within that range the two agree. OC must be a multiple of 16. Pure
+// exact sums in int32 while 4 J x 255 x 127 fits (J <= 16,579: the binding refuses more);
+// within that range the two agree. OC must be a multiple of 16. Pure
 // function: safe from any number of threads on distinct outputs.
 #pragma once
 

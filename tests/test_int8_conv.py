@@ -209,6 +209,8 @@ def test_quantize_rows_is_torchs_per_row_rounding():
         _core.quantize_rows(np.zeros((2, 3), np.float32), np.empty((2, 4), np.int8), np.empty(2, np.float32))
     with pytest.raises(ValueError, match="src: expected float32"):
         _core.quantize_rows(np.zeros((2, 3), np.float64), np.empty((2, 3), np.int8), np.empty(2, np.float32))
+    with pytest.raises(ValueError, match="src: expected float32"):  # bf16 bits in the other byte order
+        _core.quantize_rows(np.zeros((2, 3), ">i2"), np.empty((2, 3), np.int8), np.empty(2, np.float32))
 
 
 @needs_int8
@@ -267,6 +269,20 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
         _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, np.empty((len(base), 32), np.float32))
     with pytest.raises(ValueError, match="multiple of 16"):
         _core.int8_layer(x, base, packed[:, :8].copy(), offs, scale[:8].copy(), bias[:8].copy(), 1.0, 0, np.empty((len(base), 8), np.float32))
+    # base + offs past int64: the check used to wrap and let the kernel read anywhere.
+    one = np.empty((1, 16), np.float32)
+    for b, o in ((np.iinfo(np.int64).max - 2, 0), (np.iinfo(np.int64).min, -1)):
+        with pytest.raises(ValueError, match="reach outside x"):
+            _core.int8_layer(x, np.array([b], np.int64), packed[:1].copy(), np.array([o], np.int32), scale, bias, 1.0, 0, one)
+    # More than 16,579 runs of 4 could overflow the int32 sums of 255 x 127 products.
+    J = 16580
+    with pytest.raises(ValueError, match="int32 sums"):
+        _core.int8_layer(np.zeros(4 * J, np.uint8), np.zeros(1, np.int64), np.zeros((J, 16, 4), np.int8),
+                         np.arange(0, 4 * J, 4, dtype=np.int32), scale, bias, 1.0, 0, one)
+    # The dtype, not the dtype object: np.longlong is int64 (and an unpickled array's dtype is a copy).
+    out2 = np.empty((len(base), 16), np.float32)
+    _core.int8_layer(x, base.astype(np.longlong), packed, offs, scale, bias, 1.0, 0, out2)
+    np.testing.assert_allclose(out2, want.numpy(), rtol=1e-6, atol=1e-5)
 
 
 @needs_int8
