@@ -328,8 +328,10 @@ def test_a_run_out_of_time_with_nothing_trained_fails(tmp_path):
 
     opts = launch.RunOptions(config_path=None, overrides=[], num_actors=2, seed=0, logdir=str(tmp_path))
     final = tmp_path / "learner_final.json"
-    for steps, resumed, code in ((0, 0, 1), (5000, 0, 0), (5000, 5000, 1)):
+    for steps, resumed, crashed, code in ((0, 0, True, 1), (5000, 0, True, 0), (5000, 5000, True, 1),
+                                          (0, 0, False, 0)):  # (no crash: a limit shorter than the start-up, no client)
         final.write_text(json.dumps({"env_steps": steps, "resumed_env_steps": resumed, "stop_reason": "time limit"}))
-        assert launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0) == code, (steps, resumed)
+        got = launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0, actors_crashed=crashed)
+        assert got == code, (steps, resumed, crashed)
     final.write_text(json.dumps({"env_steps": 5000, "resumed_env_steps": 5000, "stop_reason": "env step limit"}))
-    assert launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0) == 0  # a resume already done
+    assert launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0, actors_crashed=True) == 0  # a resume already done

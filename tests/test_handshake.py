@@ -162,3 +162,54 @@ def test_an_actor_says_hello_again_to_a_learner_restarted_on_the_same_endpoints(
     assert second.instance != first.instance
     wait_for(lambda: second.updates >= 2, 60, lambda: f"training with the second learner (rejected {dict(second.rejected)})")
     assert actor_runner.thread.is_alive() and actor.link.instance == second.instance
+
+
+def test_a_probes_reply_from_before_a_reconnect_is_not_followed(ctx, endpoint):
+    import threading
+    import types
+
+    import torch
+
+    from zrl.actors.actor import LearnerLink
+
+    link = LearnerLink(ctx, endpoint, {}, torch.nn.Linear(2, 2), sender_id=0, timeout_s=1.0, send_hwm=10,
+                       stop=threading.Event(), say=lambda text: None)
+    followed = []
+    link.follow = followed.append
+    done = threading.Event()
+    done.set()
+    for reopened, want in ((False, ["reply"]), (True, [])):
+        followed.clear()
+        link._probe, link._probe_opened = types.SimpleNamespace(done=done, reply="reply"), link._opened
+        if reopened:  # the link reconnected (check_alive, say) while the probe was out
+            link._opened += 1
+        link._watch()
+        assert followed == want and link._probe is None
+
+
+def test_a_learner_whose_resume_fails_unbinds_its_endpoints(ctx, endpoint, tmp_path, monkeypatch):
+    from zrl import checkpoint
+    from zrl.learner import learner as learner_mod
+
+    cfg = small_config()
+    monkeypatch.setattr(learner_mod.Learner, "_load_for_resume", lambda self: setattr(self, "_resume_state", {"obs_spec": OBS.to_json(), "action_spec": ACT.to_json()}))
+
+    def bad_build(self, obs, act):
+        raise checkpoint.CheckpointError("does not fit the model")
+
+    monkeypatch.setattr(learner_mod.Learner, "_build", bad_build)
+    with pytest.raises(checkpoint.CheckpointError):
+        learner_mod.Learner(cfg, endpoint, tmp_path / "run", resume=True, ctx=ctx, console=False)
+    monkeypatch.undo()
+    started = []
+
+    def rebind() -> bool:  # the endpoints are free again (libzmq frees an inproc name asynchronously)
+        try:
+            started.append(learner_mod.Learner(cfg, endpoint, tmp_path / "run2", ctx=ctx, console=False))
+        except OSError as e:
+            assert "in use" in str(e), e
+            return False
+        return True
+
+    wait_for(rebind, 10, "the failed learner's endpoints to be free")
+    started[0].close()

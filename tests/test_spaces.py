@@ -60,6 +60,10 @@ def test_an_infinite_bound_on_its_own_side_is_no_bound():
     d = json.loads('{"type":"box","shape":[4],"dtype":"float32","low":-Infinity,"high":Infinity}')
     assert spaces.from_json(d) == spaces.BoxSpec(shape=(4,), dtype="float32")
     assert spaces.from_json({"type": "box", "shape": [4], "high": 10**400}).high is None  # (past a float: +inf)
+    made = spaces.BoxSpec(shape=(4,), low=-np.inf, high=np.float32(2))  # made in Python, for a client say
+    assert (made.low, made.high) == (None, 2.0) and json.dumps(made.to_json(), allow_nan=False)
+    with pytest.raises(spaces.SpecError, match="low"):
+        spaces.BoxSpec(shape=(4,), low=np.nan)
 
 
 def test_read_hello_turns_an_overflowing_spec_into_hello_invalid():

@@ -238,7 +238,10 @@ class _Child:
         else:
             self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=_die_with_parent)
         if self.on_start is not None:
-            self.on_start()
+            try:
+                self.on_start()
+            except OSError as e:  # (pids.json: a full disk, say) the child runs all the same
+                print(f"[zrl run] {self.name} started, but: {e}", flush=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -383,7 +386,8 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmpdir, ignore_errors=True)
-    code = _summarise(final_path, logdir, opts, t_end, learner.proc.returncode, stop_reason=failure and failure[1])
+    crashed = any(a.restarts or a.restart_at is not None or a.gave_up is not None for a in actors)
+    code = _summarise(final_path, logdir, opts, t_end, learner.proc.returncode, stop_reason=failure and failure[1], actors_crashed=crashed)
     return failure[0] if failure else 130 if asked["forced"] else code
 
 
@@ -475,7 +479,8 @@ def _reap(children: list[_Child], timeout: float) -> None:
             c.proc.wait()
 
 
-def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, learner_code: int | None, stop_reason: str | None = None) -> int:
+def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, learner_code: int | None, stop_reason: str | None = None,
+               actors_crashed: bool = False) -> int:
     wall = t_end - opts.t_start
     final = {}
     if final_path.exists():
@@ -519,8 +524,9 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
     )
     if learner_code is not None and learner_code < 0:  # killed by a signal
         return 128 - learner_code
-    if learner_code == 0 and summary["stop_reason"] == "time limit" and run_steps == 0:
-        # Out of time with nothing trained (actors that failed to start, restarted until then).
-        print("[zrl run] no env steps in this run: no actor fed the learner (their errors are above)", file=sys.stderr, flush=True)
+    if learner_code == 0 and summary["stop_reason"] == "time limit" and run_steps == 0 and actors_crashed:
+        # Out of time with nothing trained, while actors crashed and were restarted: a failure.
+        # (With none crashed: a limit shorter than the start-up, or no client of a serve-only run.)
+        print("[zrl run] no env steps in this run: the actors kept failing (their errors are above)", file=sys.stderr, flush=True)
         return 1
     return 0 if learner_code == 0 else (learner_code or 1)

@@ -35,6 +35,11 @@ class BoxSpec:
             raise SpecError(f"box dtype {self.dtype!r} is not one of {OBS_DTYPES}")
         if any((not isinstance(d, int)) or d <= 0 for d in self.shape):
             raise SpecError(f"box shape {self.shape} must be positive ints")
+        # An infinity on its own side is no bound (as from_json reads it; JSON has no inf).
+        for side in ("low", "high"):
+            v = getattr(self, side)
+            if v is not None:
+                object.__setattr__(self, side, _bound(v, side))
 
     @property
     def np_dtype(self) -> np.dtype:
