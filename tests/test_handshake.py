@@ -1,6 +1,8 @@
 """The handshake on the learner's control endpoint, and its errors."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import zmq
@@ -92,6 +94,17 @@ def test_garbage_on_the_control_socket_gets_an_error_reply(ctx, endpoint, make_l
 
 def test_hello_times_out_without_a_learner(ctx, endpoint):
     assert say_hello(ctx, endpoint, {"role": "actor"}, timeout_s=0.2) is None
+
+
+def test_an_actor_waiting_for_a_learner_stops_without_waiting_out_its_timeout(endpoint, make_actor):
+    # Ctrl-C while the learner is away: the hello's wait (actor.learner_timeout_s) used to run out first.
+    cfg = small_config("actor.learner_timeout_s=60")
+    actor, runner = make_actor(cfg)
+    wait_for(lambda: actor.link is not None, 30, "the actor to say hello")
+    t0 = time.monotonic()
+    actor.stop.set()
+    runner.thread.join(30)
+    assert not runner.thread.is_alive() and time.monotonic() - t0 < 5
 
 
 def test_actor_connects_and_gets_current_weights(make_learner, make_actor):

@@ -84,8 +84,10 @@ def hello_meta(config: Config, role: str, index: int, obs_spec: spaces.Spec, act
     }
 
 
-def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: float, sender_id: int = 0, curve: transport.Curve | None = None) -> wire.Message | None:
-    """One hello attempt on a fresh DEALER (the Lazy Pirate pattern): the reply, or None on timeout.
+def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: float, sender_id: int = 0, curve: transport.Curve | None = None,
+              stop: threading.Event | None = None) -> wire.Message | None:
+    """One hello attempt on a fresh DEALER (the Lazy Pirate pattern): the reply, or None on
+    timeout (or once `stop` is set: an actor told to stop does not wait out the timeout).
 
     Raises HelloError when the learner answers with an error.
     """
@@ -95,8 +97,10 @@ def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: 
             curve.client(sock)
         sock.connect(endpoint)
         sock.send(wire.encode(wire.Kind.HELLO, meta=meta, sender_id=sender_id))
-        if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
-            return None
+        deadline = time.monotonic() + timeout_s
+        while not sock.poll(min(100, max(0, int((deadline - time.monotonic()) * 1000))), zmq.POLLIN):
+            if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+                return None
         msg = wire.decode(sock.recv(copy=False), allowed_kinds=frozenset({int(wire.Kind.HELLO_REPLY), int(wire.Kind.ERROR)}))
         if msg.kind == wire.Kind.ERROR:
             raise HelloError(f"learner at {endpoint} refused hello: {msg.text()}")
@@ -152,7 +156,7 @@ class LearnerLink:
         t0 = time.monotonic()
         while not self.stop.is_set():
             attempt += 1
-            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve)
+            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve, stop=self.stop)
             if reply is not None:
                 break
             self._say(f"learner at {self.endpoint} not answering (attempt {attempt}, {time.monotonic() - t0:.0f}s); retrying")
@@ -291,7 +295,7 @@ class LearnerLink:
         reconnect to those. No answer: say so and keep saying hello until one comes.
         """
         try:
-            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve)
+            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve, stop=self.stop)
         except HelloError:
             reply = None
         if reply is None:
@@ -327,7 +331,7 @@ class HelloProbe:
         self.reply: wire.Message | None = None
         self.done = threading.Event()
         args = (link.ctx, link.endpoint, link.meta, link.timeout_s)
-        kw = {"sender_id": link.sender_id, "curve": link.curve}
+        kw = {"sender_id": link.sender_id, "curve": link.curve, "stop": link.stop}
         self._thread = threading.Thread(target=self._run, args=(args, kw), name="zrl-hello-probe", daemon=True)
         self._thread.start()
 
