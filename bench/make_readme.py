@@ -124,8 +124,9 @@ discards (target on Atari: at least 0.8 of raw). zrl run: learner + n actors
 training (rates from the learner's first batch on), the learner's share of
 time waiting for data, policy lag in updates. learner update: zrl's step from
 wire messages (the learner's `wire.Gate` checks, counted in line though its
-receiver thread runs them; collate, loss with the C++ V-trace, backward,
-clip, step, weights encoded) against a plain PyTorch loop on the same batch
+receiver thread runs them; collate; then the learner's own `update_step`:
+loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
+step; weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **Where it stands.** The table is from an AVX2-only CPU (AMD EPYC, no

@@ -51,25 +51,35 @@ def _binary() -> Path:
 
 
 def _start(argv: list[str], pattern: str, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
-    """Starts a server process and returns it with the endpoint it printed."""
+    """Starts a server process and returns it with the endpoint it printed (within `timeout`,
+    even if it prints nothing). A thread reads its output for as long as it runs, so it never
+    blocks on a full pipe."""
+    import queue
+    import threading
+
     p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+
+    def read():
+        for line in p.stdout:
+            lines.put(line)
+        lines.put(None)  # the output ended
+
+    threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + timeout
-    for line in p.stdout:
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
+            break
         m = re.search(pattern, line)
         if m:
             return p, m.group(1)
-        if time.monotonic() > deadline:
-            break
     p.kill()
     p.wait()
-    raise RuntimeError(f"{argv[2:4]} did not report its endpoint")
-
-
-def _drain(p: subprocess.Popen) -> None:
-    # Keep reading the server's output so it never blocks on a full pipe.
-    import threading
-
-    threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()
+    raise RuntimeError(f"{argv[2:4]} did not report its endpoint within {timeout:.0f}s")
 
 
 def _clients(binary: Path, endpoint: str, mode: str, n: int, steps: int, warmup: int, tmp: Path) -> tuple[np.ndarray, float]:
@@ -96,8 +106,9 @@ def _clients(binary: Path, endpoint: str, mode: str, n: int, steps: int, warmup:
                 p.wait()
     del t0
     latencies = np.concatenate(lat)
-    # Every client runs `steps` timed round trips; they overlap, so the aggregate
-    # rate is all of them over the longest client's timed span.
+    # Every client runs `steps` timed round trips; they overlap, so the aggregate rate is all
+    # of them over the longest client's wall time (client_bench's: its connect, hello and
+    # warm-up included, on both sides alike, so the ratio holds; the rates are low by that).
     return latencies, n * steps / max(walls)
 
 
@@ -110,16 +121,18 @@ def run(opts: BenchOptions) -> BenchResult:
         title="Agent server: act round trip of C++ clients (zrl serve, inference only) vs raw ZeroMQ request/reply of the same size",
         columns=["clients", "zrl_p50_us", "zrl_p99_us", "zrl_p99.9_us", "zrl_steps/s", "raw_p50_us", "raw_p99_us", "raw_p99.9_us", "raw_steps/s", "p50_ratio"],
     )
-    server, endpoint = _start([sys.executable, "-m", "zrl", "serve", "--config", str(CONFIG), "--bind", "tcp://127.0.0.1:*"], r"\[server\] serving .* on (tcp://\S+?)(,| \()")
-    echo, echo_endpoint = _start([sys.executable, "-c", ECHO], r"(tcp://\S+)")
-    _drain(server)
+    started = []  # stopped in the finally below, whichever start failed
     try:
+        server, endpoint = _start([sys.executable, "-m", "zrl", "serve", "--config", str(CONFIG), "--bind", "tcp://127.0.0.1:*"], r"\[server\] serving .* on (tcp://\S+?)(,| \()")
+        started.append(server)
+        echo, echo_endpoint = _start([sys.executable, "-c", ECHO], r"(tcp://\S+)")
+        started.append(echo)
         with tempfile.TemporaryDirectory(prefix="zrl-bench-client-") as d:
             tmp = Path(d)
             for n in counts:
                 steps = max(200, total_steps // n)
                 warmup = max(50, steps // 10)
-                # Alternate zrl and raw so that noise from the shared machine hits both alike.
+                # zrl then raw at each count, back to back, so that noise from the shared machine hits both alike.
                 z, z_rate = _clients(binary, endpoint, "zrl", n, steps, warmup, tmp)
                 r, r_rate = _clients(binary, echo_endpoint, "raw", n, steps, warmup, tmp)
                 zl, rl = z.tolist(), r.tolist()
@@ -130,7 +143,7 @@ def run(opts: BenchOptions) -> BenchResult:
                     p50_ratio=percentile(zl, 50) / percentile(rl, 50),
                 )
     finally:
-        for p in (server, echo):
+        for p in started:
             p.terminate()
             try:
                 p.wait(10)
@@ -140,6 +153,7 @@ def run(opts: BenchOptions) -> BenchResult:
     result.notes.append(f"zrl: `zrl serve --config configs/cartpole_serve.yaml` without a learner (inference only), MLP 64x64, obs float32[4], "
                         f"discrete(2); {total_steps} timed send() calls split over the clients, after a warm-up; one client_bench process per client.")
     result.notes.append("raw: the same client_bench processes in raw mode, DEALER round trips of a frame of the ACT's exact size to a pyzmq echo ROUTER.")
-    result.notes.append("Percentiles over every timed round trip of all clients; steps/s = all timed round trips over the longest client's timed span. "
+    result.notes.append("Percentiles over every timed round trip of all clients; steps/s = all timed round trips over the longest client process's "
+                        "wall time (its connect, hello and warm-up included, zrl and raw alike: compare the two, not either with a rate elsewhere). "
                         "With more clients than cores, latency includes waiting for a CPU.")
     return result

@@ -70,7 +70,17 @@ def make_inputs(T: int, B: int, seed: int = 0):
 def run(opts: BenchOptions) -> BenchResult:
     import torch
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the C++ kernel is single-threaded; so is the comparison
+    try:
+        return _run(opts)
+    finally:
+        torch.set_num_threads(threads)  # (`zrl bench all` runs others after this one)
+
+
+def _run(opts: BenchOptions) -> BenchResult:
+    import torch
+
     result = BenchResult(
         name="kernels",
         title="V-trace: zrl C++ kernel vs PyTorch reverse-scan loop vs numpy loop (us per call)",

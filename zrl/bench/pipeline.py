@@ -105,7 +105,10 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
         time.sleep(min(2.0, seconds / 2))  # warm-up: the actor's first chunks
         s0, t0 = learner.env_steps, time.perf_counter()
         time.sleep(seconds)
-        return (learner.env_steps - s0) / (time.perf_counter() - t0)
+        rate = (learner.env_steps - s0) / (time.perf_counter() - t0)
+        if actor.poll() is not None:  # it died in the window: its rate is not a measurement
+            raise RuntimeError(f"the actor exited with {actor.returncode} while it was timed")
+        return rate
     finally:
         actor.terminate()
         try:
@@ -152,7 +155,7 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     from zrl.envs import probe_specs
     from zrl.learner import algorithms
     from zrl.learner.algorithms.base import Sender
-    from zrl.learner.learner import DATA_KINDS, publishable
+    from zrl.learner.learner import DATA_KINDS, publishable, update_step
     from zrl.models import flatten_parameters
 
     torch.set_num_threads(cfg.learner.torch_threads)
@@ -206,13 +209,11 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     gate = wire.Gate(cfg.learner.max_message_bytes, DATA_KINDS)
     gate.set_trajectory_checks(schema, algo.check_values, algo.gate_rules())
 
+    params2 = list(m2.parameters())
+
     def zrl_step():
         batch = algo.collate([gate.check(f)[0] for f in frames], device)
-        loss, _ = algo.loss(m2, batch)
-        o2.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m2.parameters(), cfg.learner.max_grad_norm)
-        o2.step()
+        update_step(algo, m2, o2, params2, batch, cfg.learner.max_grad_norm)  # the learner's own step
         wire.encode(wire.Kind.WEIGHTS, {"params": publishable(flat2)})  # publishing, every update here
 
     for f in (plain_step, zrl_step):
@@ -308,10 +309,10 @@ def run(opts: BenchOptions) -> BenchResult:
         "row's policy takes CPU from the emulator.",
         "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
         "(n actors share the same 2 cores with the learner). wait_for_data = the learner's share of time waiting for a batch.",
-        "learner update: median ms per update, zrl's path from wire messages (the learner's wire.Gate: decode and checks, in line with the update; collate, loss with C++ V-trace, "
-        "backward, clip, step, weights encoded) vs a plain PyTorch loop on the same batch already in tensors; "
-        "n = batch columns; target ratio <= 1.10.",
+        "learner update: median ms per update, zrl's path from wire messages (the learner's wire.Gate: decode and checks, in line with the update; collate, "
+        "then the learner's own update_step: loss with C++ V-trace, backward, clip, the non-finite gradient guard, step, after_update; weights encoded) "
+        "vs a plain PyTorch loop on the same batch already in tensors; n = batch columns; target ratio <= 1.10.",
     ]
     png = opts.out / "pipeline.png"
-    result.notes.append(f"Plot: {png}" if plot(result.rows, png) else "matplotlib is not installed: no plot (pip install -e .[bench]).")
+    result.notes.append(f"Plot: {png.name} (beside this table)" if plot(result.rows, png) else "matplotlib is not installed: no plot (pip install -e .[bench]).")
     return result

@@ -56,7 +56,9 @@ def run(opts: BenchOptions) -> BenchResult:
     with tempfile.TemporaryDirectory(prefix="zrl-pong-") as d:
         argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / "pong_impala.yaml"), "--logdir", d,
                 "--max-seconds", str(seconds), "-o", "learner.checkpoint_interval_s=1e6"]
-        subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=seconds + 300)
+        p = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=seconds + 300)
+        if p.returncode != 0:  # a failed run's curve is not a measurement
+            raise RuntimeError(f"zrl run on Pong exited with {p.returncode}")
         final = json.loads((Path(d) / "learner_final.json").read_text())
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -89,7 +91,7 @@ def run(opts: BenchOptions) -> BenchResult:
             opts.out.mkdir(parents=True, exist_ok=True)
             fig.tight_layout()
             fig.savefig(opts.out / "pong.png", dpi=100)
-            result.notes.append(f"Curve: {opts.out / 'pong.png'}")
+            result.notes.append("Curve: pong.png (beside this table)")
         except ImportError:
             result.notes.append("matplotlib is not installed: no plot (pip install -e .[bench]).")
     perf = final.get("perf") or {}

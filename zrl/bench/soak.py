@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(opts: BenchOptions) -> BenchResult:
     seconds = opts.seconds or (40.0 if opts.quick else 600.0)
-    interval = 1.0 if opts.quick else 5.0
+    interval = min(1.0 if opts.quick else 5.0, seconds / 20)  # >= 16 samples after the warm-up, however short
     result = BenchResult(
         name="soak",
         title=f"Soak: resident memory of every process over a {seconds:.0f} s `zrl run` (default config, no target)",
@@ -47,7 +47,9 @@ def run(opts: BenchOptions) -> BenchResult:
                     raise RuntimeError("zrl run did not start its processes")
                 time.sleep(0.2)
             t0 = time.monotonic()
-            while time.monotonic() - t0 < seconds and p.poll() is None:
+            while time.monotonic() - t0 < seconds:
+                if p.poll() is not None:  # a soak that ended early measured nothing worth reporting
+                    raise RuntimeError(f"zrl run exited with {p.returncode} after {time.monotonic() - t0:.0f} of {seconds:.0f} s")
                 pids = json.loads((logdir / "pids.json").read_text())
                 for name, pid in pids.items():
                     try:
@@ -68,7 +70,7 @@ def run(opts: BenchOptions) -> BenchResult:
             summary_steps = json.loads((logdir / "summary.json").read_text()).get("env_steps")
         except (OSError, ValueError):
             pass
-    worst = 0.0
+    worst = None
     for name, xs in samples.items():
         warm = [r for t, r in xs if t >= seconds / 5]
         if len(warm) < 4:
@@ -76,8 +78,10 @@ def run(opts: BenchOptions) -> BenchResult:
         k = max(2, len(warm) // 5)
         start, end = sum(warm[:k]) / k, sum(warm[-k:]) / k
         growth = 100.0 * (end - start) / start
-        worst = max(worst, growth)
+        worst = growth if worst is None else max(worst, growth)
         result.add(process=name, rss_warm_MiB=start / 2**20, rss_end_MiB=end / 2**20, **{"growth_%": growth}, samples=len(xs))
+    if worst is None:
+        raise RuntimeError("no process has 4 samples after the warm-up: nothing measured")
     result.notes.append(f"Largest growth after warm-up: {worst:.2f}% (target: under 5%); env steps in the run: {summary_steps}.")
     result.notes.append("RSS from psutil; the mean of the first fifth of the post-warm-up samples against the mean of the last fifth.")
     result.extra["samples"] = {k: v for k, v in samples.items()}

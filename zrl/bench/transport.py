@@ -399,7 +399,7 @@ def run(opts: BenchOptions) -> BenchResult:
             w.stop()
     result.extra["windows"] = samples
     result.extra["native"] = native_note
-    senders = ("one C++ call (header stamp + zmq_send) below 64 KiB, OutMessage.finish + pyzmq send(copy=False) above"
+    senders = ("one C++ call (header stamp + zmq_send): copied below 64 KiB, zero-copy from a C++-owned SendBuffer above"
                if native_used else "OutMessage.finish + pyzmq send(copy=False) (C++ path unavailable: " + native_note + ")")
     receivers = ("C++ takes each burst from libzmq and runs the FrameGate on known layouts without the GIL "
                  f"({native_note})" if native_used else "pyzmq recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
