@@ -218,8 +218,9 @@ return of 9 that never recovers. The test suite's learning test (400 within
 never in CI."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
-`configs/pong_impala.yaml` (shallow CNN, 2 actors x 16 envs in 2 groups
-acting in int8 (`actor.int8_torso: auto`: 8-bit activations and int8 weights, where the CPU has int8
+`configs/pong_impala.yaml` (shallow CNN; in the runs below, the config of
+11-24: 2 actors x 16 envs in 2 groups; it has had 24 envs acting on the
+first 8 ready since, as in "pong on an AVX2-only CPU"; acting in int8 (`actor.int8_torso: auto`: 8-bit activations and int8 weights, where the CPU has int8
 dot products), CPU learner with bf16 forward passes where the CPU does bf16 natively:
 `learner.precision` auto) for a few minutes: the mean episode return (game score,
 unclipped) over time, and frames/s (a step is 4 emulator frames). Random
