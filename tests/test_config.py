@@ -194,3 +194,83 @@ def test_server_spaces_are_parsed_when_the_config_is_loaded():
     ):
         with pytest.raises(ConfigError, match=why):
             load_config(DEFAULT_CONFIG, [override])
+
+
+def test_run_seed_must_keep_the_env_seeds_within_int32():
+    # actors seed their envs with seed * 10_000 + ...: gymnasium refuses negative seeds, ale_py int32 overflows
+    assert load_config(DEFAULT_CONFIG, ["run.seed=0"]).run.seed == 0
+    assert load_config(DEFAULT_CONFIG, ["run.seed=214747"]).run.seed == 214747  # 214747 * 10_000 + 10_000 < 2**31
+    for bad in ("-1", "214748", "10000000"):
+        with pytest.raises(ConfigError, match=r"^override 'run.seed=.*': run\.seed: must be in \[0, 214747\] .*seed \* 10_000.*2\*\*31"):
+            load_config(DEFAULT_CONFIG, [f"run.seed={bad}"])
+
+
+def test_cnn_channels_must_not_be_empty():
+    with pytest.raises(ConfigError, match=r"model\.cnn_channels: must list at least one"):
+        load_config(DEFAULT_CONFIG, ["model.network=impala_deep", "model.cnn_channels=[]"])
+    assert load_config(DEFAULT_CONFIG, ["model.cnn_channels=[8]"]).model.cnn_channels == (8,)
+
+
+def test_atari_frames_too_small_for_the_cnn_fail_when_the_config_loads():
+    pong = DEFAULT_CONFIG.parent / "pong_impala.yaml"
+    with pytest.raises(ConfigError, match=r"^override 'env.screen_size=19': env\.screen_size: must be >= 20 for model\.network impala_shallow"):
+        load_config(pong, ["env.screen_size=19"])
+    assert load_config(pong, ["env.screen_size=20"]).env.screen_size == 20
+    assert load_config(pong, ["env.screen_size=8", "model.network=impala_deep"]).env.screen_size == 8  # padded: any size
+    # not an Atari id: env.screen_size sizes nothing, so it is not held against the CNN
+    assert load_config(DEFAULT_CONFIG, ["env.screen_size=8", "model.network=impala_shallow"]).env.screen_size == 8
+
+
+def test_images_too_small_for_the_cnn_are_a_value_error_naming_the_keys():
+    """The dry run over the input shape (the agent server's image spaces, say) fails as a
+    ValueError, which actors report as a config error (exit 2), not torch's RuntimeError."""
+    from zrl import spaces
+    from zrl.config import ModelConfig
+    from zrl.models import build_actor_critic
+
+    for size in (8, 19):
+        obs = spaces.BoxSpec((4, size, size), "uint8", 0.0, 255.0)
+        with pytest.raises(ValueError, match=rf"model\.network impala_shallow cannot take {size}x{size} images.*env\.screen_size"):
+            build_actor_critic(ModelConfig(network="impala_shallow"), obs, spaces.DiscreteSpec(6))
+    build_actor_critic(ModelConfig(network="impala_shallow"), spaces.BoxSpec((4, 20, 20), "uint8", 0.0, 255.0), spaces.DiscreteSpec(6))
+
+
+def test_optimizer_hyper_parameters_are_checked_as_torch_would():
+    for override, why in (
+        ("learner.adam_betas=[1.0, 0.999]", r"learner\.adam_betas: each beta must be in \[0, 1\); got 1.0 at index 0"),
+        ("learner.adam_betas=[0.9, -0.1]", r"learner\.adam_betas: each beta must be in \[0, 1\); got -0.1 at index 1"),
+        ("learner.adam_eps=0", r"learner\.adam_eps: must be > 0"),
+        ("learner.adam_eps=-1e-8", r"learner\.adam_eps: must be > 0"),
+        ("learner.rmsprop_alpha=-0.5", r"learner\.rmsprop_alpha: must be in \[0, 1\]"),
+        ("learner.rmsprop_eps=0", r"learner\.rmsprop_eps: must be > 0"),
+        ("learner.rmsprop_momentum=-1", r"learner\.rmsprop_momentum: must be >= 0"),
+    ):
+        with pytest.raises(ConfigError, match=rf"^override '{re.escape(override)}': {why}"):
+            load_config(DEFAULT_CONFIG, [override])
+    ok = load_config(DEFAULT_CONFIG, ["learner.adam_betas=[0, 0.99]", "learner.rmsprop_alpha=0", "learner.rmsprop_momentum=0.9"])
+    assert ok.learner.adam_betas == (0.0, 0.99) and ok.learner.rmsprop_momentum == 0.9
+
+
+def test_integer_keys_take_exponent_notation_as_float_keys_do():
+    # YAML 1.1 reads 1e7 (no dot) as a string
+    cfg = load_config(DEFAULT_CONFIG, ["run.max_env_steps=1e7", "learner.lr_decay_env_steps=5E6", "run.num_actors=1.5e1", "run.seed=1e2"])
+    assert (cfg.run.max_env_steps, cfg.learner.lr_decay_env_steps, cfg.run.num_actors, cfg.run.seed) == (10_000_000, 5_000_000, 15, 100)
+    assert type(cfg.run.max_env_steps) is int
+    assert load_config(DEFAULT_CONFIG, ["run.max_env_steps=1e30"]).run.max_env_steps == 10**30  # exact, not float's 1e30
+    for bad in ("2.5", "2.5e0", "1e-1", "1e999", "ten", ".nan", "1e7x"):
+        with pytest.raises(ConfigError, match=r"run\.max_env_steps: expected an integer"):
+            load_config(DEFAULT_CONFIG, [f"run.max_env_steps={bad}"])
+
+
+def test_an_override_fills_a_section_left_empty_in_the_file(tmp_path):
+    p = write(tmp_path, "env:\n  id: CartPole-v1\nrun:\n  # num_actors: 4\n")
+    assert load_config(p).run.num_actors == 2
+    assert load_config(p, ["run.num_actors=1"]).run.num_actors == 1
+
+
+def test_an_lstm_core_with_a_q_network_fails_when_the_config_loads():
+    apex = DEFAULT_CONFIG.parent / "cartpole_apex.yaml"
+    with pytest.raises(ConfigError, match=r"^override 'model.lstm_size=16': model\.lstm_size: must be 0 with algo\.name apex_dqn"):
+        load_config(apex, ["model.lstm_size=16"])
+    assert load_config(apex, ["model.lstm_size=0"]).model.lstm_size == 0
+    assert load_config(DEFAULT_CONFIG, ["model.lstm_size=16"]).model.lstm_size == 16  # impala has one

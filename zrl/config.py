@@ -14,6 +14,7 @@ before starting any process.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import hashlib
 import json
 import math
@@ -143,6 +144,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _check(self.network in ("mlp", "impala_shallow", "impala_deep"), "model.network", f"unknown network {self.network!r} (known: mlp, impala_shallow, impala_deep)")
+        _check(len(self.cnn_channels) >= 1, "model.cnn_channels", "must list at least one channel count (one per residual stage)")
         _check(all(c > 0 for c in self.cnn_channels), "model.cnn_channels", "must be > 0")
         _check(self.cnn_hidden > 0, "model.cnn_hidden", "must be > 0")
         _check(self.lstm_size >= 0, "model.lstm_size", "must be >= 0")
@@ -197,6 +199,7 @@ class ApexDQNConfig:
     """Ape-X DQN (Horgan et al. 2018): many epsilon-greedy actors, one prioritised replay."""
 
     uses_replay = True  # not a field: the learner samples from replay, not from a stream
+    lstm_core = False  # not a field: its Q-network has no LSTM core (model.lstm_size must be 0)
     name: str = "apex_dqn"
     discount: float = 0.99
     """gamma."""
@@ -396,6 +399,15 @@ class LearnerConfig:
         _check(self.lr_decay_env_steps is None or self.lr_decay_env_steps > 0, "learner.lr_decay_env_steps", "must be > 0")
         _check(0.0 <= self.lr_final_scale <= 1.0, "learner.lr_final_scale", "must be in [0, 1]")
         _check(self.max_grad_norm > 0, "learner.max_grad_norm", "must be > 0")
+        # torch.optim.Adam / RMSprop's own checks, here so that a bad value fails when the config
+        # loads, not when the learner builds its optimiser; eps must be > 0 (torch takes 0, which
+        # divides by zero where a gradient's running average is 0)
+        for i, beta in enumerate(self.adam_betas):
+            _check(0.0 <= beta < 1.0, "learner.adam_betas", f"each beta must be in [0, 1); got {beta} at index {i}")
+        _check(self.adam_eps > 0, "learner.adam_eps", "must be > 0")
+        _check(0.0 <= self.rmsprop_alpha <= 1.0, "learner.rmsprop_alpha", "must be in [0, 1]")
+        _check(self.rmsprop_eps > 0, "learner.rmsprop_eps", "must be > 0")
+        _check(self.rmsprop_momentum >= 0, "learner.rmsprop_momentum", "must be >= 0")
         _check(self.publish_interval >= 1, "learner.publish_interval", "must be >= 1")
         _check(self.queue_size >= 1, "learner.queue_size", "must be >= 1")
         _check(self.pull_hwm >= 1, "learner.pull_hwm", "must be >= 1")
@@ -411,12 +423,17 @@ class LearnerConfig:
         _check(self.actor_timeout_s > 0, "learner.actor_timeout_s", "must be > 0")
 
 
+MAX_SEED = (2**31 - 10_000 - 1) // 10_000  # the largest run.seed: seed * 10_000 + 10_000 < 2**31
+
+
 @dataclass(frozen=True)
 class RunConfig:
     num_actors: int = 2
     """Actor processes started by `zrl run`."""
     seed: int = 1
-    """Base seed: actor i seeds its envs and sampling with seed * 1000 + i."""
+    """Base seed: actor i, with K envs, seeds its envs and sampling with seed * 10_000 + i * K
+    (+ 5_000 for the evaluation actor), its env k with that + k. In [0, 214_747], so that
+    env seeds stay below 2**31 (ale_py takes int32 seeds)."""
     logdir: str = "runs/default"
     """TensorBoard events, checkpoints and summary.json."""
     stop_at_return: Optional[float] = None
@@ -438,6 +455,9 @@ class RunConfig:
 
     def __post_init__(self):
         _check(self.num_actors >= 0, "run.num_actors", "must be >= 0")
+        _check(0 <= self.seed and self.seed * 10_000 + 10_000 < 2**31, "run.seed",
+               f"must be in [0, {MAX_SEED}] (actors seed their envs from seed * 10_000 + up to 10_000, which must stay "
+               f"below 2**31); got {self.seed}")
         _check(self.eval_num_envs >= 1, "run.eval_num_envs", "must be >= 1")
         _check(self.return_window >= 1, "run.return_window", "must be >= 1")
         _check(self.max_seconds is None or self.max_seconds > 0, "run.max_seconds", "must be > 0")
@@ -507,6 +527,21 @@ class SecurityConfig:
                 _check(getattr(self, k) is not None, f"security.{k}", "is required when security.curve is true (make keys with `zrl keys generate DIR`)")
 
 
+# The smallest frames (env.screen_size) each CNN takes; impala_deep's padded convolutions and
+# max-pools take any size. zrl.models.cnn's dry run catches other image shapes (the agent server's).
+CNN_MIN_SCREEN_SIZE: dict[str, int] = {"impala_shallow": 20}
+CNN_MIN_SCREEN_WHY: dict[str, str] = {"impala_shallow": "an 8x8 convolution of stride 4, then a 4x4 one of stride 2"}
+
+
+def _is_atari(env_id: str) -> bool:
+    """zrl.envs.atari.is_atari, imported only when asked (it loads gymnasium and ale_py)."""
+    try:
+        from zrl.envs.atari import is_atari
+    except ImportError:  # no gymnasium: the ids that are surely Atari's
+        return env_id.startswith("ALE/")
+    return is_atari(env_id)
+
+
 SECTIONS: dict[str, type] = {
     "env": EnvConfig,
     "model": ModelConfig,
@@ -537,6 +572,14 @@ class Config:
             raise ConfigError(
                 f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
                 f"actor.num_envs / actor.env_groups ({width})"
+            )
+        _check(self.model.lstm_size == 0 or getattr(self.algo, "lstm_core", True), "model.lstm_size",
+               f"must be 0 with algo.name {self.algo.name} (its network has no LSTM core); got {self.model.lstm_size}")
+        least = CNN_MIN_SCREEN_SIZE.get(self.model.network, 1)
+        if self.env.screen_size < least and _is_atari(self.env.id):  # screen_size only sizes Atari frames
+            raise ConfigError(
+                f"env.screen_size: must be >= {least} for model.network {self.model.network} "
+                f"({CNN_MIN_SCREEN_WHY[self.model.network]}); got {self.env.screen_size}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -635,6 +678,8 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], source: s
         except yaml.YAMLError:
             value = value_text
         sec = raw.setdefault(section, {})
+        if sec is None:  # an empty section in the file (its keys commented out), as config_from_dict takes it
+            sec = raw[section] = {}
         if not isinstance(sec, dict):
             raise ConfigError(f"{source}: section {section!r} must be a mapping")
         sec[name] = value
@@ -713,6 +758,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
+        if isinstance(value, str):
+            # YAML 1.1 reads 1e7 (no dot) as a string, as float keys accept: a finite float's worth
+            # (so no 1e999999 of a billion digits), integral as written (Decimal: exact, 1e30 is 10**30)
+            try:
+                number, exact = float(value), decimal.Decimal(value.strip())
+            except (ValueError, decimal.InvalidOperation):
+                pass
+            else:
+                if math.isfinite(number) and exact == exact.to_integral_value():
+                    return int(exact)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
         number = None

@@ -532,9 +532,17 @@ class _Torso(nn.Module):
     int8_first_conv: Int8FirstConv | None = None  # set by use_int8_first_conv (actors)
     int8_torso: Int8Torso | None = None  # set by use_int8_torso (actors)
 
+    network: str  # its model.network name, for messages
+
     def _finish(self, in_shape: tuple[int, int, int], hidden: int) -> None:
-        with torch.no_grad():
-            n = self.convs(torch.zeros(1, *in_shape)).numel()
+        try:
+            with torch.no_grad():
+                n = self.convs(torch.zeros(1, *in_shape)).numel()
+        except RuntimeError as e:  # the images shrink to nothing in the convolutions
+            raise ValueError(
+                f"model.network {self.network} cannot take {in_shape[1]}x{in_shape[2]} images (observations {tuple(in_shape)}): "
+                f"{e}; make them larger (env.screen_size for Atari) or use another model.network"
+            ) from None
         self.fc = _init(nn.Linear(n, hidden))
         self.out_dim = hidden
 
@@ -563,6 +571,8 @@ class _Torso(nn.Module):
 
 
 class ImpalaShallow(_Torso):
+    network = "impala_shallow"
+
     def __init__(self, in_shape: tuple[int, int, int], hidden: int = 256):
         super().__init__()
         c = in_shape[0]
@@ -589,6 +599,8 @@ class ResidualBlock(nn.Module):
 
 
 class ImpalaDeep(_Torso):
+    network = "impala_deep"
+
     def __init__(self, in_shape: tuple[int, int, int], channels: tuple[int, ...] = (16, 32, 32), hidden: int = 256):
         super().__init__()
         layers: list[nn.Module] = []
