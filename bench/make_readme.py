@@ -79,8 +79,9 @@ and every row at some point below it. The ratios, tcp / ipc:
 - 23 KB: 0.83-1.12 / 0.80-1.04.
 - Atari: 0.73-1.10 / 0.67-1.48.
 
-The table below is the last of four runs of 11-25 (04:33-04:37 UTC, nothing
-else running), after the learner's gate began refusing NaN and infinite
+The table below is a fifth run (11-25, 05:43 UTC, inside the ranges below;
+its notes now describe the C++ send path right) after four runs of 04:33-04:37
+UTC, nothing else running, all after the learner's gate began refusing NaN and infinite
 floats in trajectories: the C++ FrameGate now reads every float of a known
 layout, +0.08 µs for a 2 KB message and +0.45 µs for a 23 KB one (timed in
 process; 0.1 ns a float, vectorised). The four runs, tcp / ipc: 2 KB
@@ -130,14 +131,15 @@ step; weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **Where it stands.** The table is from an AVX2-only CPU (AMD EPYC, no
-AVX-512, VNNI or BF16; 11-25, 04:36 UTC, with that day's later changes: the
-finite-float check in the learner's gate, the non-finite gradient guard):
-- Pong actor -> sink: 0.86 of the raw env (target 0.8), its five bracketed
-  runs 0.850-0.894. 0.8 holds in most runs, not all: single runs since 11-24
-  gave 0.76-0.98 on this CPU (one table's median 0.74), and 0.82-0.86 in all
-  7 runs on an AVX-512 machine. With a core of its own for the policy (the
-  row "emulator on 1 core") the actor runs at the emulator's speed: 1.02
-  here (0.98 in the table before), 0.96 there.
+AVX-512, VNNI or BF16; 11-25, 05:11 UTC, with that day's later changes: the
+finite-float check in the learner's gate; the learner-update row times the
+learner's own `update_step`, its non-finite gradient guard included):
+- Pong actor -> sink: 0.82 of the raw env (target 0.8), its five bracketed
+  runs 0.782-0.907 (a run at 04:36 gave 0.864, runs 0.850-0.894). 0.8 holds
+  in most runs, not all: single runs since 11-24 gave 0.76-0.98 on this CPU
+  (one table's median 0.74), and 0.82-0.86 in all 7 runs on an AVX-512
+  machine. With a core of its own for the policy (the row "emulator on 1
+  core") the actor runs at the emulator's speed: 1.01 here, 0.96 there.
 - Why not always: on 2 cores the emulator threads alone keep both cores busy
   (~500-700 µs of CPU per env step here), so every µs the actor's own thread
   spends acting (~105 µs per env step: zrl's int8 CNN kernel and Python) is
@@ -145,8 +147,7 @@ finite-float check in the learner's gate, the non-finite gradient guard):
   minutes. Each ratio is therefore a median of actor runs bracketed by raw
   runs.
 - Learner update against a plain PyTorch loop on the same batch: 1.04 for
-  Pong and 1.06 for CartPole (target at most 1.10; 0.82-1.09 across tables),
-  the zrl step now with its non-finite gradient guard (~0.17 and ~0.035 ms).
+  Pong and 1.07 for CartPole (target at most 1.10; 0.82-1.09 across tables).
 - `zrl run` with 2 Pong actors: ~1,600-1,700 env steps/s here, the learner
   waiting for data 3-4% of its time (it is the bottleneck: fp32, no native
   bf16 on this CPU); CartPole's rows have no target.
