@@ -298,14 +298,21 @@ def test_int8_torso_acts_like_the_float_policy():
     assert kl.max() < 1e-3, kl
 
 
-@needs_int8
-def test_int8_torso_requantizes_when_the_weights_change_and_recalibrates():
+def int8_pong(warmup: int):
+    """Pong's policy with its int8 torso (calibrating on each of its first `warmup` calls): the
+    model, its flat parameter buffer (as LearnerLink writes weights) and the torso."""
     model = pong_model()
     flat = flatten_parameters(model)
     assert cnn.use_int8_torso(model)
     q = model.pi_torso.int8_torso
+    q.warmup = warmup
+    return model, flat, q
+
+
+@needs_int8
+def test_int8_torso_requantizes_when_the_weights_change_and_recalibrates():
+    model, flat, q = int8_pong(warmup=0)  # (calibrating on every one of the first calls is a test below)
     q.recalibrate_every = 2
-    q.warmup = 0  # (calibrating on every one of the first calls is the next test's)
     x, y = frames(4), frames(4, seed=9)
     with torch.inference_mode():
         before = model.policy(x)
@@ -336,10 +343,7 @@ def reset_frames(n, seed=0):
 @needs_int8
 @pytest.mark.parametrize("warmup", [8, 0])
 def test_a_dark_first_batch_does_not_set_the_scales_for_later_ones(warmup):
-    model = pong_model()
-    assert cnn.use_int8_torso(model)
-    q = model.pi_torso.int8_torso
-    q.warmup = warmup
+    model, _, q = int8_pong(warmup)
     dark, bright = reset_frames(4), frames(4, seed=3)
     with torch.inference_mode():
         model.pi_torso(dark)  # quantizes and calibrates on black stacks
@@ -357,11 +361,7 @@ def test_a_dark_first_batch_does_not_set_the_scales_for_later_ones(warmup):
 
 @needs_int8
 def test_int8_torso_carries_its_maxima_across_a_weights_change():
-    model = pong_model()
-    flat = flatten_parameters(model)
-    assert cnn.use_int8_torso(model)
-    q = model.pi_torso.int8_torso
-    q.warmup = 0
+    model, flat, q = int8_pong(warmup=0)
     with torch.inference_mode():
         model.pi_torso(frames(4, seed=3))
         largest = list(q._largest)
@@ -373,9 +373,7 @@ def test_int8_torso_carries_its_maxima_across_a_weights_change():
 
 @needs_int8
 def test_int8_torso_saturates_instead_of_wrapping():
-    model = pong_model()
-    assert cnn.use_int8_torso(model)
-    model.pi_torso.int8_torso.warmup = 0  # no second calibration
+    model, _, _ = int8_pong(warmup=0)  # no second calibration
     with torch.inference_mode():
         model.policy(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))  # calibrated on black frames: tiny scales
         feats = model.pi_torso(frames(3))

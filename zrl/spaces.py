@@ -146,8 +146,8 @@ def from_json(d: Any) -> Spec:
             return BoxSpec(
                 shape=dims,
                 dtype=_dtype(d.get("dtype", "float32")),
-                low=_bound(d.get("low"), "low"),
-                high=_bound(d.get("high"), "high"),
+                low=d.get("low"),  # (BoxSpec reads its bounds: _bound)
+                high=d.get("high"),
             )
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         # Whatever a hello carries (JSON allows 1e400, NaN and 400-digit integers)

@@ -18,6 +18,7 @@
 #include <iterator>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -425,17 +426,32 @@ TEST(Client, RepliesWithAnotherSeqAreDiscarded) {
   EXPECT_DOUBLE_EQ(client.reset(1.0f), 3.0);
 }
 
+// A bare ROUTER on a port the OS picks, for servers FakeServer's scripts cannot play
+// (a reply of two frames, an endless flood); closed, with its context, when it goes.
+struct RawRouter {
+  void* ctx = zmq_ctx_new();
+  void* sock = zmq_socket(ctx, ZMQ_ROUTER);
+  std::string endpoint;
+  RawRouter() {
+    const int zero = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_bind(sock, "tcp://127.0.0.1:*") != 0) throw std::runtime_error("RawRouter: cannot bind");
+    char last[256];
+    std::size_t len = sizeof(last);
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &len);
+    endpoint = last;
+  }
+  ~RawRouter() {
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+  }
+};
+
 TEST(Client, AFloodOfStaleRepliesDoesNotHoldACallPastItsDeadline) {
   // A server that answers the hello with replies to other requests, without end: each is
   // discarded, and the call must still end at its deadline (it used to wait for a pause).
-  void* ctx = zmq_ctx_new();
-  void* router = zmq_socket(ctx, ZMQ_ROUTER);
-  const int zero = 0;
-  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
-  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
-  char endpoint[256];
-  std::size_t len = sizeof(endpoint);
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  RawRouter raw;
+  void* router = raw.sock;
   std::atomic<bool> stop{false};
   std::thread flood([&] {
     char identity[256];
@@ -458,7 +474,7 @@ TEST(Client, AFloodOfStaleRepliesDoesNotHoldACallPastItsDeadline) {
       zmq_send(router, stale.data(), stale.size(), 0);
     }
   });
-  zrl::Client client(endpoint, kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds(200)));
+  zrl::Client client(raw.endpoint, kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds(200)));
   const Clock::time_point t0 = Clock::now();
   EXPECT_THROW(client.init(kObsA), zrl::TimeoutError);
   const double waited = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -466,8 +482,6 @@ TEST(Client, AFloodOfStaleRepliesDoesNotHoldACallPastItsDeadline) {
   flood.join();
   EXPECT_GE(waited, 190.0);
   EXPECT_LT(waited, 5000.0);  // not the flood's 20 s
-  zmq_close(router);
-  zmq_ctx_term(ctx);
 }
 
 TEST(Client, TimeoutClosesTheSocketAndTheNextCallReconnectsAndSaysHelloAgain) {
@@ -574,14 +588,8 @@ TEST(Client, MalformedRepliesAreProtocolErrorsAndCostTheSession) {
 TEST(Client, AReplyOfTwoFramesIsRejected) {
   // A zrl reply is one frame. This server answers the hello REQ-style, with an
   // empty delimiter frame first, which FakeServer's scripts cannot do.
-  void* ctx = zmq_ctx_new();
-  void* router = zmq_socket(ctx, ZMQ_ROUTER);
-  const int zero = 0;
-  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
-  ASSERT_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
-  char last[256];
-  std::size_t len = sizeof(last);
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, last, &len);
+  RawRouter raw;
+  void* router = raw.sock;
   std::thread serve([router] {
     zmq_pollitem_t item{router, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, 5000) <= 0) return;
@@ -596,7 +604,7 @@ TEST(Client, AReplyOfTwoFramesIsRejected) {
     zmq_send(router, "", 0, ZMQ_SNDMORE);
     zmq_send(router, reply.data(), reply.size(), 0);
   });
-  zrl::Client client(last, kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds(5000)));
+  zrl::Client client(raw.endpoint, kObs4, zrl::ActionSpec::discrete(2), with_timeout(milliseconds(5000)));
   try {
     client.init(kObsA);
     ADD_FAILURE() << "expected a ProtocolError";
@@ -604,8 +612,6 @@ TEST(Client, AReplyOfTwoFramesIsRejected) {
     EXPECT_EQ(e.reason(), "bad_header") << e.what();
   }
   serve.join();
-  zmq_close(router);
-  zmq_ctx_term(ctx);
 }
 
 TEST(Client, BoxActionsAndUint8Observations) {

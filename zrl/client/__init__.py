@@ -171,7 +171,7 @@ class Client:
             self._connect()
         arrays: dict[str, Any] = {}
         if obs is not None:
-            arrays["obs"] = self._check_obs(obs)
+            arrays["obs"] = obs  # (checked by the caller: _check_obs)
         arrays["reward"] = r
         arrays["flags"] = np.uint8(flags)
         return self._request(wire.encode(wire.Kind.ACT, arrays, seq=self._next_seq()), expect=wire.Kind.ACTION)
@@ -200,8 +200,7 @@ class Client:
     # -- the API
     def init(self, obs):
         """Starts an episode at `obs`; returns the first action."""
-        self._check_obs(obs)
-        msg = self._act(FIRST, 0.0, obs)
+        msg = self._act(FIRST, 0.0, self._check_obs(obs))
         self._in_episode = True
         self._total = 0.0
         return self._action(msg)
@@ -210,8 +209,7 @@ class Client:
         """Reports the reward of the last action and the new observation; returns the next action."""
         if not self._in_episode:
             raise UsageError("send() outside an episode: call init(obs) first (a timeout also ends the episode)")
-        self._check_obs(obs)
-        msg = self._act(0, reward, obs)
+        msg = self._act(0, reward, self._check_obs(obs))
         self._total += float(reward)
         return self._action(msg)
 
@@ -221,9 +219,7 @@ class Client:
             raise UsageError("reset() outside an episode: call init(obs) first (a timeout also ends the episode)")
         if truncated and final_obs is None:
             raise UsageError("reset(truncated=True) needs final_obs, the observation the episode was cut at")
-        if truncated:
-            self._check_obs(final_obs)
-        self._act(LAST | (TRUNCATED if truncated else 0), reward, final_obs if truncated else None)
+        self._act(LAST | (TRUNCATED if truncated else 0), reward, self._check_obs(final_obs) if truncated else None)
         self._in_episode = False
         self._total += float(reward)
         return self._total

@@ -296,8 +296,6 @@ class AgentServer:
         reward = float(a["reward"])
         if flags & ~(FIRST | LAST | TRUNCATED) or (flags & FIRST and flags & LAST) or (flags & TRUNCATED and not flags & LAST):
             raise wire.WireError(wire.Reason.BAD_VALUE, f"bad flags {flags}")
-        if not np.isfinite(reward):
-            raise wire.WireError(wire.Reason.BAD_VALUE, "reward is not finite")
         needs_obs = not (flags & LAST) or bool(flags & TRUNCATED)
         obs = None
         if "obs" in infos:
@@ -305,11 +303,9 @@ class AgentServer:
             if oi.dtype != self._obs_dtype or oi.shape != self._obs_shape:
                 raise wire.WireError(wire.Reason.BAD_SHAPE, f"obs is {oi.dtype}{list(oi.shape)}, expected {self._obs_dtype}{list(self._obs_shape)}")
             obs = a["obs"]
-            # NaN or inf would reach the policy (its logits) and the learner's batch.
-            if obs.dtype.kind == "f" and not np.isfinite(obs).all():
-                raise wire.WireError(wire.Reason.BAD_VALUE, "obs has a NaN or infinite value")
         elif needs_obs:
             raise wire.WireError(wire.Reason.MISSING_FIELD, "obs is required here")
+        wire.check_finite(msg)  # (as the learner's gate: a NaN or inf would reach the policy's logits and the learner's batch)
         return obs, reward, flags
 
     def _act(self, session: Session, msg: wire.Message, batch: list) -> None:
