@@ -228,6 +228,102 @@ def test_a_full_queue_hands_back_the_finished_frame():
         ctx.term()
 
 
+def chunk_steps(rec, rng, K: int, T: int) -> np.ndarray:
+    """Records one chunk of T steps (no truncations); returns the observations it saw, [T, K, 4]."""
+    seen = []
+    for _ in range(T):
+        rec.record(rng.integers(0, 2, K), {"behaviour_logp": np.zeros(K, np.float32)})
+        obs = rng.standard_normal((K, 4)).astype(np.float32)
+        seen.append(obs)
+        rec.observe(Step(obs, np.zeros(K, np.float32), np.zeros(K, bool), np.zeros(K, bool), {}))
+    return np.stack(seen)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_small_sent_chunk_frame_takes_the_next_chunk_in_place(pair, request, native):
+    """A small frame goes out copied, so the recorder writes the next chunk into the same
+    frame, its bootstrap row copied from the last: every chunk still arrives whole."""
+    if not native:
+        request.getfixturevalue("native_off")
+    push, pull = pair
+    K, T = 2, 5
+    cfg = small_config(f"actor.num_envs={K}", f"actor.unroll_length={T}", "learner.batch_size=2")
+    rec = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)).make_recorder(
+        None, num_envs=K, sender=Sender(1, link=SimpleNamespace(pusher=transport.Pusher(push))))
+    rng = np.random.default_rng(0)
+    first = rng.standard_normal((K, 4)).astype(np.float32)
+    rec.begin(first)
+    msg, bootstrap = rec.msg, first
+    for _ in range(4):
+        seen = chunk_steps(rec, rng, K, T)
+        assert rec.msg is msg and msg.reusable()  # the same frame, free: written in place
+        got = wire.decode(pull.recv())
+        np.testing.assert_array_equal(got.arrays["obs"][0], bootstrap)
+        np.testing.assert_array_equal(got.arrays["obs"][1:], seen)
+        bootstrap = seen[-1]
+        np.testing.assert_array_equal(msg.arrays["obs"][0], bootstrap)  # the next chunk's first row
+
+
+def test_a_chunk_frame_still_held_is_never_written_again():
+    """A frame handed back (the queue was full) belongs to the caller until it lets go:
+    the next chunk goes into another frame, and the one held keeps its bytes."""
+    K, T = 2, 4
+    cfg = small_config(f"actor.num_envs={K}", f"actor.unroll_length={T}", "learner.batch_size=2")
+    rec = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)).make_recorder(None, num_envs=K, sender=Sender(1))
+    rng = np.random.default_rng(1)
+    rec.begin(rng.standard_normal((K, 4)).astype(np.float32))
+    msg = rec.msg
+    seen = chunk_steps(rec, rng, K, T - 1)
+    rec.record(rng.integers(0, 2, K), {"behaviour_logp": np.zeros(K, np.float32)})
+    last = rng.standard_normal((K, 4)).astype(np.float32)
+    (held,) = rec.observe(Step(last, np.zeros(K, np.float32), np.zeros(K, bool), np.zeros(K, bool), {}))
+    before = bytes(held)
+    assert rec.msg is not msg and not msg.reusable()
+    np.testing.assert_array_equal(rec.msg.arrays["obs"][0], last)
+    chunk_steps(rec, rng, K, T)  # the next chunk, written and finished meanwhile
+    assert bytes(held) == before
+    np.testing.assert_array_equal(wire.decode(before).arrays["obs"][1:T], seen)
+    del held
+    assert msg.reusable()
+
+
+def test_a_frame_sent_again_with_its_cut_keeps_its_header_and_is_sealed_again_once_handed_out(pair):
+    push, pull = pair
+    pusher = native_pusher(push)
+    layout = wire.Layout(wire.Kind.TRAJECTORY, [("x", np.float32, (3,)), ("idx", np.int32, (4,))])
+    two, one = layout.cut({"idx": 2}), layout.cut({"idx": 1})
+    msg = layout.allocate()
+    msg.arrays["idx"][:] = [5, 6, 7, 8]
+    sent = [(3, 1, two), (3, 2, two), (4, 3, two), (4, 4, one)]  # same cut; another sender; another cut
+    for sender_id, seq, cut in sent:
+        assert pusher.send(msg, sender_id, seq, 0, cut) is None
+    again = layout.allocate()
+    assert again is msg and not again._done
+    assert pusher.send(again, 4, 5, 0, one) is None  # the same cut, but handed out anew: sealed again
+    assert layout._finished[-1] is again and again._done
+    got = [wire.decode(pull.recv()) for _ in range(5)]
+    assert [(m.sender_id, m.seq, m.arrays["idx"].tolist()) for m in got] == [
+        (3, 1, [5, 6]), (3, 2, [5, 6]), (4, 3, [5, 6]), (4, 4, [5]), (4, 5, [5])]
+
+
+def test_a_row_copier_copies_rows_and_leaves_the_message_free():
+    layout = wire.Layout(wire.Kind.TRAJECTORY, [("obs", np.float32, (5, 2, 3)), ("x", np.int64, (4,))])
+    msg = layout.allocate()
+    msg.arrays["obs"][:] = np.arange(30, dtype=np.float32).reshape(5, 2, 3)
+    to, src = msg.row_copier("obs", 0, 4)
+    assert msg.row_copier("obs", 0, 4) == (to, src) and msg.reusable()
+    to[:] = src
+    np.testing.assert_array_equal(msg.arrays["obs"][0], msg.arrays["obs"][4])
+    np.testing.assert_array_equal(msg.arrays["obs"][1:4], np.arange(6, 24, dtype=np.float32).reshape(3, 2, 3))
+    assert msg.arrays["x"].tolist() == [0, 0, 0, 0]
+    with pytest.raises(IndexError, match="0..4"):
+        msg.row_copier("obs", 5, 0)
+    view = msg.arrays["obs"][2]
+    assert not msg.reusable()  # a caller's view still counts
+    del view
+    assert msg.reusable()
+
+
 def large_layout():
     """A layout whose frames live in SendBuffers (wire.SEND_ZERO_COPY_FROM), large enough that
     glibc maps each from the kernel: a freed one is unmapped, and reading it would crash."""

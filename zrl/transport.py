@@ -183,7 +183,11 @@ class Pusher:
             buf = msg.send_buffer
             if buf is None:
                 buf = msg.buffer
-            err = self._send_frame(self.address, buf, msg.seal(sender_id, rows), seq, policy_version, wait)
+            if rows is not None and msg._sealed is rows and msg._sender_id == sender_id:  # (sent again as it was cut: seal has nothing to do)
+                total = msg._total
+            else:
+                total = msg.seal(sender_id, rows)
+            err = self._send_frame(self.address, buf, total, seq, policy_version, wait)
             if err == 0:
                 return None
             return self._retry(msg, buf, err, seq, policy_version, wait)

@@ -213,6 +213,12 @@ class Layout:
             nbytes = dt.itemsize * math.prod(shape)
             self.regions.append((off, nbytes))
             off = _align(off + nbytes)
+        # Per array with dims: its offset, its bytes per index of the leading dim, and that dim (OutMessage.copy_row).
+        self._rows = {
+            name: (o, dt.itemsize * math.prod(shape[1:]), shape[0])
+            for name, dt, shape, (o, _) in zip(self.names, self.dtypes, self.shapes, self.regions)
+            if shape
+        }
         self.capacity = self.regions[-1][0] + self.regions[-1][1] if self.regions else self.meta_offset + meta_len
         # Packed descriptors and the end of the last array, per list of shapes:
         # a sender that cuts the same rows again packs nothing.
@@ -290,17 +296,17 @@ class Layout:
         finished = self._finished
         if not finished:
             return OutMessage(self)
-        if finished[-1]._idle():
+        if finished[-1].reusable():
             # The frame sent last is free already (pyzmq copies small frames): reuse it,
             # so a stream of small messages writes one cache-hot buffer.
             m = finished.pop()
-        elif finished[0]._idle():
+        elif finished[0].reusable():
             # ZeroMQ releases frames in the order it sent them, so the free ones are the
             # oldest: take the newest of those (the one most likely still in cache).
             lo, hi = 0, len(finished) - 1  # finished[lo] is free, finished[hi] is not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if finished[mid]._idle():
+                if finished[mid].reusable():
                     lo = mid
                 else:
                     hi = mid
@@ -309,6 +315,7 @@ class Layout:
         else:
             return OutMessage(self)
         m._done = False
+        m._sealed = None
         return m
 
 
@@ -342,14 +349,36 @@ class OutMessage:
         self._done = False
         self._block: bytes | None = None  # the descriptor block last written into the buffer
         self._sender_id = -1  # and the sender id in its header
+        self._sealed: Cut | None = None  # the Cut of the last seal, until allocate hands the frame out again
         self._total = 0
+        self._bytes = memoryview(self.buffer)  # (row_copier's: made before _idle_refs counts it)
+        self._row_views: dict[tuple, tuple[memoryview, memoryview]] = {}
         self._idle_refs = sys.getrefcount(self.buffer)  # the buffer's references from this object alone
 
-    def _idle(self) -> bool:
+    def reusable(self) -> bool:
+        """Whether nothing holds this message's frame any more, ZeroMQ included: a
+        sender may write its next message into it in place, as a small frame allows as
+        soon as it is sent (it goes out copied)."""
         # Every memoryview or numpy view of the buffer (the frame pyzmq is still
         # sending, a caller's array) holds a reference to it: none left means unused.
         # A frame sent from C++ is counted in its SendBuffer instead.
         return sys.getrefcount(self.buffer) == self._idle_refs and (self.send_buffer is None or not self.send_buffer.in_flight)
+
+    def row_copier(self, name: str, dst: int, src: int) -> tuple[memoryview, memoryview]:
+        """(to, from): the bytes of arrays[name][dst] and arrays[name][src], so that
+        `to[:] = from` copies the row, for a fraction of numpy's indexing cost (a
+        recorder's bootstrap row at each chunk boundary). The views are this
+        message's own: they do not count against `reusable`."""
+        views = self._row_views.get((name, dst, src))
+        if views is None:
+            off, n, rows = self.layout._rows[name]
+            if not (0 <= dst < rows and 0 <= src < rows):
+                raise IndexError(f"{name}: rows {dst} and {src} must lie in 0..{rows - 1}")
+            mv = self._bytes
+            before = sys.getrefcount(self.buffer)
+            views = self._row_views[(name, dst, src)] = (mv[off + dst * n : off + (dst + 1) * n], mv[off + src * n : off + (src + 1) * n])
+            self._idle_refs += sys.getrefcount(self.buffer) - before  # (each view holds the buffer)
+        return views
 
     def seal(self, sender_id: int, rows: "Cut | Mapping[str, int] | None" = None) -> int:
         """`finish` but for the header's per-message fields (seq, policy_version, total),
@@ -377,6 +406,7 @@ class OutMessage:
             self._done = True
             layout._finished.append(self)
         self._total = cut.total
+        self._sealed = cut
         return cut.total
 
     def finish(self, *, sender_id: int, seq: int, policy_version: int, rows: "Cut | Mapping[str, int] | None" = None) -> memoryview:

@@ -9,16 +9,16 @@ to each. Both sides get the same socket options: SNDHWM = RCVHWM = HWM
 (`_hwm`: 16 MiB worth of messages, between 8 and 1000), ZMQ_MAXMSGSIZE set to
 the learner's cap, one I/O thread per context.
 
-- zrl, sender (an actor at each chunk boundary): allocate a fresh frame from
-  the recorder's `wire.Layout` (as the IMPALA recorder does after each chunk),
-  copy the bootstrap observation into obs[0], and the actor's `Sender.finish`
-  with no truncated rows (M = 0), which sends through its link's
-  `transport.Pusher`: with `transport.native()`, one C++ call that stamps the
-  header and hands the frame to libzmq (copied under 64 KiB; from 64 KiB up
-  without a copy, from the frame's SendBuffer), else `OutMessage.finish` and
-  pyzmq's send (zero-copy from 64 KiB up). Writing the
-  T steps into the frame is not included: it is the environment loop's work,
-  which any sender needs to build its payload.
+- zrl, sender (an actor at each chunk boundary): the IMPALA recorder's own
+  `end_chunk`, with no truncated rows (M = 0): the actor's `Sender.finish`,
+  which sends through its link's `transport.Pusher` (with
+  `transport.native()`, one C++ call that stamps the header and hands the
+  frame to libzmq: copied under 64 KiB; from 64 KiB up without a copy, from
+  the frame's SendBuffer; else `OutMessage.finish` and pyzmq's send), then the
+  next chunk's bootstrap row, obs[0] = obs[T]: in the same frame when it went
+  out copied, else in a fresh frame from the recorder's `wire.Layout`.
+  Writing the T steps into the frame is not included: it is the environment
+  loop's work, which any sender needs to build its payload.
 - zrl, receiver (the learner's receiver thread up to batching): the learner's
   `wire.Gate` with its allowed kinds (TRAJECTORY, STATS), cap
   (`learner.max_message_bytes`), the real `Impala.trajectory_schema(batch_size)`
@@ -208,7 +208,6 @@ def _receiver_main(conn) -> None:
 
 
 def _sender_main(conn) -> None:
-    import numpy as np
     import zmq
 
     from zrl import transport
@@ -237,11 +236,10 @@ def _sender_main(conn) -> None:
         # The actor's Sender, sending through its link's pusher (actors.actor.LearnerLink).
         sender = Sender(0, link=types.SimpleNamespace(pusher=pusher))
         rec = _recorder(_impala(chunk), chunk.K, sender)
+        rec.msg.arrays["obs"][:] = 1  # (the recorder's arrays are zeroed; raw sends ones)
         state.update(
-            sender=sender,
             pusher=pusher,
-            layout=rec.layout,
-            bootstrap_obs=np.ones((chunk.K, *chunk.obs_shape), chunk.obs_dtype),
+            recorder=rec,
             payload=b"\x01" * frame_bytes,
             copy_raw=frame_bytes < zmq.COPY_THRESHOLD,
         )
@@ -254,17 +252,13 @@ def _sender_main(conn) -> None:
             for _ in range(n):
                 send(payload, copy=copy)
             return
-        layout, sender, obs, pusher = state["layout"], state["sender"], state["bootstrap_obs"], state["pusher"]
-        rows = layout.cut({"final_index": 0, "final_obs": 0})  # as the recorder keeps its cuts
+        end_chunk, sock = state["recorder"].end_chunk, state["pusher"].sock
         for _ in range(n):
-            # What the IMPALA recorder does at a chunk boundary: a fresh frame (the
-            # last one may still belong to ZeroMQ), the bootstrap observation, and the
-            # sender's finish, which sends it if the queue has room, as an actor's does.
-            msg = layout.allocate()
-            msg.arrays["obs"][0] = obs
-            frame = sender.finish(msg, 0, rows=rows)
-            if frame is not None:  # the queue was full: wait, as the actor's link does
-                pusher.sock.send(frame, copy=False)
+            # What the IMPALA recorder does at each chunk boundary (its T steps written):
+            # the sender's finish, which sends the frame if the queue has room, as an
+            # actor's does, then the next chunk's bootstrap row, from the last.
+            for frame in end_chunk():  # the queue was full: wait, as the actor's link does
+                sock.send(frame, copy=False)
 
     _serve(conn, {"frame_size": frame_size, "setup": setup, "window": window, "teardown": teardown, "cpu": time.process_time},
            lambda: (teardown(), ctx.term()))
@@ -410,8 +404,9 @@ def run(opts: BenchOptions) -> BenchResult:
         "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
         "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
         "CPU is the limit, as it is with 4 busy threads on 2 cores.",
-        "zrl sender: a fresh frame from the IMPALA recorder's wire.Layout per chunk, obs[0] = bootstrap obs, the actor's "
-        "Sender.finish (M = 0 truncated rows) through its transport.Pusher: " + senders + ". Filling the T steps is the env "
+        "zrl sender: the IMPALA recorder's end_chunk (M = 0 truncated rows): the actor's Sender.finish through its "
+        "transport.Pusher (" + senders + "), then the next chunk's bootstrap row obs[0] = obs[T], in the same frame "
+        "when it went out copied, else in a fresh one from the recorder's wire.Layout. Filling the T steps is the env "
         "loop's work and is not counted.",
         "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
         "and value checks) draining bursts of up to 64: " + receivers + ".",

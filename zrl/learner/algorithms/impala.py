@@ -111,7 +111,9 @@ class ImpalaRecorder(Recorder):
         self.layout = wire.Layout(wire.Kind.TRAJECTORY, self.fields)
         # The frame for m truncated episodes (m final observations), m = 0..K, made when first needed.
         self.cuts: list[wire.Cut | None] = [None] * (K + 1)
+        self.cut0 = self.cuts[0] = self.layout.cut({"final_index": 0, "final_obs": 0})  # (the usual one)
         self.msg = self.layout.allocate()
+        self._bootstrap: tuple = (None, None)  # (msg, its row_copier for obs[0] <- obs[T])
         self.t = 0
         self.finals: list[tuple[int, np.ndarray]] = []
         self.chunk_version = 0
@@ -142,11 +144,27 @@ class ImpalaRecorder(Recorder):
         self.t += 1
         if self.t < self.T:
             return []
-        frame = self._finish()  # None: the sender has sent it already
-        self.msg = self.layout.allocate()
-        self.msg.arrays["obs"][0] = step.obs
+        return self.end_chunk()
+
+    def end_chunk(self) -> list:
+        """Finishes the chunk (its T steps recorded) and starts the next one from its
+        last observation. Returns the frame for the caller to send, if the sender did
+        not send it already."""
+        msg = self.msg
+        frame = self._finish() if self.finals else self.sender.finish(msg, self.chunk_version, self.cut0)  # None: sent
+        if msg.reusable():
+            # Gone already (a small frame goes out copied): the next chunk is written in
+            # place, its bootstrap row one copy within the frame.
+            if self._bootstrap[0] is not msg:
+                self._bootstrap = (msg, msg.row_copier("obs", 0, self.T))
+            to, last = self._bootstrap[1]
+            to[:] = last
+        else:
+            self.msg = self.layout.allocate()
+            self.msg.arrays["obs"][0] = msg.arrays["obs"][self.T]
         self.t = 0
-        self.finals = []
+        if self.finals:
+            self.finals = []
         self.chunk_version = self.policy_version
         return [] if frame is None else [frame]
 
