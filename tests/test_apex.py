@@ -1,6 +1,8 @@
 """Ape-X DQN: actor-side n-step transitions and priorities, epsilons, learner integration."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ from zrl.learner.algorithms.apex_dqn import actor_epsilon
 from zrl.actors.actor import hello_meta, say_hello
 from zrl.learner.algorithms.base import Sender
 from zrl.replay import PrioritizedReplay
-from conftest import ROOT, wait_for
+from conftest import ROOT, Running, wait_for
 
 OBS = spaces.BoxSpec(shape=(2,), dtype="float32")
 ACT = spaces.DiscreteSpec(n=3)
@@ -276,3 +278,31 @@ def test_a_target_that_overflows_gives_the_largest_finite_priority_and_training_
     assert runner.thread.is_alive() and sum(learner.rejected.values()) == 0
     assert np.isfinite(learner.algo.replay.max_priority)
     assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())
+
+
+def test_a_warming_learner_keeps_actors_from_asking_again_and_says_what_it_waits_for(make_learner, make_actor):
+    # During Ape-X's warm-up no update publishes weights: the learner publishes its latest
+    # again, so an actor's watchdog (actor.learner_timeout_s) does not send a hello each time.
+    cfg = apex_config("algo.min_replay_size=100000", "algo.replay_capacity=100000", "actor.learner_timeout_s=1")
+    learner, _ = make_learner(cfg, start=False)
+    hellos, beats = [], []
+    on_hello, send_weights = learner._on_hello, learner._send_weights
+    learner._on_hello = lambda msg: hellos.append(msg) or on_hello(msg)
+    learner._send_weights = lambda frame: beats.append(frame) or send_weights(frame)
+    runner = Running(learner.run, "learner")
+    try:
+        make_actor(cfg)
+        wait_for(lambda: learner.env_steps > 0, 60, "data from the actor")
+        connected = len(hellos)  # (more than one if the first timed out while the learner built its model)
+        beats.clear()
+        wait_for(lambda: len(beats) >= 8, 30, "heartbeats")  # 4 s of them: 3 watchdog hellos before
+        assert learner.updates == 0 and len(hellos) == connected
+        assert {wire.decode(b).policy_version for b in beats} == {0}
+        lines = []
+        learner._log_waiting(SimpleNamespace(line=lines.append), 1.0)
+        n = len(learner.algo.replay)
+        assert 0 < n < 100_000 and "waiting for replay" in lines[0] and "/100,000 transitions (algo.min_replay_size)" in lines[0]
+        assert "actors 1" in lines[0]
+    finally:
+        learner.request_stop()
+        runner.join(30)

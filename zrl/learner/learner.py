@@ -243,6 +243,11 @@ class Learner:
         # before); it holds the trajectory schema once a hello has agreed the specs.
         self.gate = wire.Gate(config.learner.max_message_bytes, DATA_KINDS)
         self._latest_weights: tuple[int, np.ndarray] | None = None
+        # While no update publishes weights (Ape-X's warm-up, no data, a sink), the latest are
+        # published again this often, so actors' watchdogs (actor.learner_timeout_s) hear from us.
+        self._heartbeat_s = max(0.5, config.actor.learner_timeout_s / 3)
+        self._published_at = time.monotonic()
+        self._published: bytes | None = None  # the last WEIGHTS frame sent, which a heartbeat sends again
         self._resume_state: dict[str, Any] | None = None
         self._ckdir_claimed = False  # a fresh run moves an earlier run's checkpoints aside before its first save
         if resume:
@@ -574,7 +579,7 @@ class Learner:
                     return True
         return False
 
-    def _next_batch(self, deadline_check) -> list[tuple[wire.Message, dict]] | None:
+    def _next_batch(self, deadline_check, idle) -> list[tuple[wire.Message, dict]] | None:
         B = self.config.learner.batch_size
         items, cols = self._leftover, sum(self.algo.columns(m, b) for m, b in self._leftover)
         self._leftover = []
@@ -584,6 +589,7 @@ class Learner:
             except queue.Empty:
                 if self._stop.is_set() or deadline_check():
                     return None
+                idle()
                 continue
             c = self.algo.columns(*item)
             if cols + c > B:
@@ -632,6 +638,17 @@ class Learner:
         wait_s = 0.0
         stats_acc: dict[str, Any] = {}
         n_acc = 0
+        last_wait_log = last_log
+
+        def idle() -> None:
+            # No data to train on: keep actors' watchdogs fed, and say what we wait for.
+            nonlocal last_wait_log
+            self._heartbeat()
+            now = time.perf_counter()
+            if now - max(last_log, last_wait_log) >= lc.log_interval_s:
+                self._log_waiting(metrics, now - t_start)
+                last_wait_log = now
+
         while True:
             if self._stop.is_set():
                 return self._stop_reason()
@@ -645,6 +662,7 @@ class Learner:
             if algo.uses_replay:
                 batch = algo.sample(self.device)
                 if batch is None:  # replay not warm yet: wait for the receiver to fill it
+                    idle()
                     self._stop.wait(0.005)
                     wait_s += time.perf_counter() - t_wait
                     if self.run_first_batch_at is not None:
@@ -652,7 +670,7 @@ class Learner:
                     continue
                 lag_versions = batch.pop("_policy_version", None)
             else:
-                items = self._next_batch(lambda: time_up() or (self.max_env_steps is not None and self.env_steps >= self.max_env_steps))
+                items = self._next_batch(lambda: time_up() or (self.max_env_steps is not None and self.env_steps >= self.max_env_steps), idle)
                 if items is None:
                     continue
                 batch = algo.collate([m for m, _ in items], self.device)
@@ -716,7 +734,30 @@ class Learner:
         while not self._stop.wait(0.05):
             if time_up():
                 return "time limit"
+            self._heartbeat()
         return "interrupted"
+
+    def _heartbeat(self) -> None:
+        """Publishes the latest weights again if none went out for `_heartbeat_s`: an actor
+        takes weights of the version it has as a sign of life, and copies nothing."""
+        if self._latest_weights is None or time.monotonic() - self._published_at < self._heartbeat_s:
+            return
+        if self._published is None:  # (nothing published yet: the built or resumed weights)
+            version, params = self._latest_weights
+            self._published = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=version))
+        self._send_weights(self._published)
+
+    def _log_waiting(self, metrics: MetricsWriter, elapsed: float) -> None:
+        """The console line while no update runs: what the learner waits for."""
+        with self._lock:
+            env_steps, updates, rejected = self.env_steps, self.updates, sum(self.rejected.values())
+            now = time.monotonic()
+            connected = sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
+        what = self.algo.waiting_for() if self.algo is not None else None
+        metrics.line(
+            f"{elapsed:6.1f}s  steps {env_steps:,}  updates {updates:,}  waiting for {what or 'data'}  "
+            f"queue {self.queue.qsize()}/{self.queue.maxsize}  actors {connected}" + (f"  rejected {rejected}" if rejected else "")
+        )
 
     def _publish_ready(self) -> None:
         landed = self.host_weights.ready()
@@ -728,6 +769,10 @@ class Learner:
         # Hello replies carry these weights: a read-only view into the (immutable) frame,
         # so the receiver thread never reads the buffer the optimiser is writing.
         self._latest_weights = (version, wire.decode(frame).arrays["params"])
+        self._send_weights(frame)
+
+    def _send_weights(self, frame: bytes) -> None:
+        self._published, self._published_at = frame, time.monotonic()
         try:
             self.pub.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:

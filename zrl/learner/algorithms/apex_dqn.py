@@ -308,6 +308,12 @@ class ApexDQN(Algorithm):
         batch["version"] = np.full(bindings["N"], msg.policy_version, np.int64)
         self._ensure_replay().add(batch, a["priority"])
 
+    def waiting_for(self) -> str | None:
+        n = len(self.replay) if self.replay is not None else 0
+        if n >= self.hp.min_replay_size:
+            return None
+        return f"replay {n:,}/{self.hp.min_replay_size:,} transitions (algo.min_replay_size) before learning starts"
+
     def sample(self, device: torch.device):
         replay = self._ensure_replay()
         if len(replay) < self.hp.min_replay_size:

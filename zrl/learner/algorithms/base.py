@@ -205,6 +205,11 @@ class Algorithm:
         """A policy for evaluation: greedy, or sampled (records nothing)."""
         raise NotImplementedError
 
+    # -- learner side
+    def waiting_for(self) -> str | None:
+        """What the learner waits for while it cannot update (its console line says it), or None for data."""
+        return None
+
     # -- learner side, stream mode
     def columns(self, msg: wire.Message, bindings: dict[str, int]) -> int:
         """How many batch columns a message fills."""
