@@ -185,6 +185,44 @@ TEST(FrameGate, FiniteRulesFailOnANaNOrAnInfinityOnly) {
   }
 }
 
+// The bounds and finite loops are vectorised (with AVX2 where the CPU has it): over
+// arrays longer than any vector, at an odd, unaligned offset, one bad value fails the
+// frame wherever it lies, in the vector body or in the tail.
+TEST(FrameGate, LongArraysFailOnOneBadValueAnywhere) {
+  constexpr uint64_t kCount = 203, kAt = 385;  // 203: no vector width divides it; 385: unaligned
+  for (uint32_t itemsize : {1u, 2u, 4u, 8u}) {
+    Frame f;
+    f.bytes.resize(kAt + kCount * itemsize, 0);
+    put<uint64_t>(f.bytes, 40, f.bytes.size());  // total
+    const uint64_t end = f.bytes.size();
+    FrameGate bounds(kTrajectory, 1 << 20);
+    ASSERT_EQ(bounds.add(f.block(), Frame::kAction, end, {GateBound{kAt, kCount, itemsize, 3}}), 0);
+    FrameGate finite(kTrajectory, 1 << 20);
+    if (itemsize > 1) ASSERT_EQ(finite.add(f.block(), Frame::kAction, end, {}, {}, {zrl::GateFinite{kAt, kCount, itemsize}}), 0);
+    const uint64_t nan = itemsize == 2 ? 0x7E00u : itemsize == 4 ? 0x7FC00000u : 0x7FF8000000000000ull;
+    for (uint64_t i = 0; i < kCount * itemsize; i += itemsize) f.bytes[kAt + i] = 2;  // all below 3
+    ASSERT_EQ(f.check(bounds).layout, 0) << itemsize;
+    for (uint64_t at = 0; at < kCount; ++at) {
+      uint8_t* p = f.bytes.data() + kAt + at * itemsize;
+      p[0] = 3;  // the bound itself
+      EXPECT_EQ(f.check(bounds).layout, -1) << itemsize << " at " << at;
+      p[0] = 2;
+      p[itemsize - 1] |= 0x80;  // negative: huge as unsigned
+      EXPECT_EQ(f.check(bounds).layout, -1) << itemsize << " at " << at;
+      p[itemsize - 1] &= 0x7F;
+      if (itemsize > 1) {
+        uint8_t saved[8];
+        std::memcpy(saved, p, itemsize);
+        EXPECT_EQ(f.check(finite).layout, 0) << itemsize << " at " << at;
+        std::memcpy(p, &nan, itemsize);  // little-endian host
+        EXPECT_EQ(f.check(finite).layout, -1) << itemsize << " at " << at;
+        std::memcpy(p, saved, itemsize);
+      }
+    }
+    EXPECT_EQ(f.check(bounds).layout, 0) << itemsize;
+  }
+}
+
 TEST(FrameGate, BadRegistrationsThrow) {
   FrameGate g(kTrajectory, 1 << 20);
   Frame f;
