@@ -145,11 +145,31 @@ bool quantize_rows(const py::handle& src_obj, const py::handle& out_obj, const p
 // One int8 layer (see int8_gemm.h): x uint8 (any shape, C-contiguous), base int64 [P], w int8
 // [J, OC, 4], offs int32 [J], scale and bias float32 [OC], out uint8 or float32 [P, OC]. Every
 // run base[p] + offs[j] .. + 4 must lie inside x (checked; the kernel then runs without the
-// GIL, so base and offs must not change under it). portable: the plain loop, not AVX2.
+// GIL, so base and offs must not change under it). kernel: "auto" (the fastest this CPU runs),
+// or one by name, for tests ("avx512_vnni", "avx2", "portable"; a ValueError where it cannot run).
 constexpr py::ssize_t kMaxInt8LayerJ = INT32_MAX / (4 * 255 * 127);
+constexpr zrl::Int8Kernel kInt8Kernels[] = {zrl::Int8Kernel::kAvx512Vnni, zrl::Int8Kernel::kAvx2, zrl::Int8Kernel::kPortable};
+
+zrl::Int8Kernel int8_kernel_named(const std::string& name) {
+  if (name == "auto") return zrl::Int8Kernel::kAuto;
+  for (zrl::Int8Kernel k : kInt8Kernels) {
+    if (name != zrl::int8_kernel_name(k)) continue;
+    if (!zrl::int8_kernel_runs(k)) throw py::value_error("int8_layer: the " + name + " kernel does not run on this CPU");
+    return k;
+  }
+  throw py::value_error("int8_layer: kernel must be auto, avx512_vnni, avx2 or portable, got " + name);
+}
+
+// The kernels this CPU runs, fastest first (the first is the one "auto" picks).
+py::list int8_layer_kernels() {
+  py::list out;
+  for (zrl::Int8Kernel k : kInt8Kernels)
+    if (zrl::int8_kernel_runs(k)) out.append(zrl::int8_kernel_name(k));
+  return out;
+}
 void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::handle& w_obj, const py::handle& offs_obj,
                 const py::handle& scale_obj, const py::handle& bias_obj, float inv_out_scale, int qmax,
-                const py::handle& out_obj, bool portable) {
+                const py::handle& out_obj, const std::string& kernel) {
   auto arr = [](const py::handle& h, const char* name) {
     if (!py::isinstance<py::array>(h)) throw py::value_error(std::string("int8_layer: ") + name + " must be a numpy array");
     auto a = py::reinterpret_borrow<py::array>(h);
@@ -198,11 +218,9 @@ void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::h
   const auto* xp = static_cast<const std::uint8_t*>(x.data());
   auto* out_u8 = u8 ? static_cast<std::uint8_t*>(out.mutable_data()) : nullptr;
   auto* out_f32 = u8 ? nullptr : static_cast<float*>(out.mutable_data());
+  const zrl::Int8Kernel k = int8_kernel_named(kernel);
   py::gil_scoped_release release;
-  if (portable)
-    zrl::int8_layer_portable(xp, b, static_cast<std::size_t>(P), layer, inv_out_scale, qmax, out_u8, out_f32);
-  else
-    zrl::int8_layer(xp, b, static_cast<std::size_t>(P), layer, inv_out_scale, qmax, out_u8, out_f32);
+  zrl::int8_layer(xp, b, static_cast<std::size_t>(P), layer, inv_out_scale, qmax, out_u8, out_f32, k);
 }
 
 // Categorical draws from logits [B, n] float32 with uniforms u [B] float64: (actions int64 [B],
@@ -1136,13 +1154,16 @@ PYBIND11_MODULE(_core, m) {
         "out = clamp(round-half-even(src / scale), -127, 127). Returns False if a weight is not finite. Releases the GIL.");
 
   m.def("int8_layer", &int8_layer, py::arg("x"), py::arg("base"), py::arg("w"), py::arg("offs"), py::arg("scale"),
-        py::arg("bias"), py::arg("inv_out_scale"), py::arg("qmax"), py::arg("out"), py::arg("portable") = false,
+        py::arg("bias"), py::arg("inv_out_scale"), py::arg("qmax"), py::arg("out"), py::arg("kernel") = "auto",
         "One int8 layer of an actor's policy (a convolution without padding, or an FC): for p < P and oc < OC, "
         "acc = sum over j, q < 4 of x[base[p] + offs[j] + q] * w[j, oc, q] (uint8 x int8), y = acc * scale[oc] + bias[oc]; "
-        "out uint8: clamp(round-half-even(y * inv_out_scale), 0, qmax); out float32: max(y, 0). AVX2 where the CPU has it "
-        "(pairs of products summed in saturating int16: keep |w| <= 63 for x up to 255); portable=True: the plain loop. "
+        "out uint8: clamp(round-half-even(y * inv_out_scale), 0, qmax); out float32: max(y, 0). AVX-512 VNNI or AVX2 where the "
+        "CPU has it (int8_layer_kernels; AVX2 sums pairs of products in saturating int16: keep |w| <= 63 for x up to 255); "
+        "kernel names one for tests. "
         "Releases the GIL.");
-  m.def("int8_layer_avx2", &zrl::int8_layer_avx2, "Whether int8_layer runs its AVX2 kernel on this CPU.");
+  m.def("int8_layer_kernels", &int8_layer_kernels,
+        "The kernels int8_layer runs on this CPU, fastest first (the first is the one it picks): 'avx512_vnni' (exact "
+        "for any int8 weights), 'avx2' (pairs of products in saturating int16), 'portable'.");
 
   m.def("sample_categorical", &sample_categorical, py::arg("logits"), py::arg("u"),
         "Draws one action per row of logits [B, n] float32 (softmax probabilities, inverse CDF at the "

@@ -1,4 +1,4 @@
-// An int8 layer for an actor's policy on CPUs without int8 dot products (AVX2 alone).
+// An int8 layer for an actor's policy on x86 CPUs with AVX2 or AVX-512 VNNI.
 //
 // Int8Torso (zrl/models/cnn.py) runs the shallow CNN's convolutions and FC as int8
 // products. Where the CPU has AVX2 but no VNNI, oneDNN's int8 kernels reach ~45 (convs)
@@ -18,12 +18,16 @@
 // (a run of the kernel's width in NCHW input, or of the channels in NHWC input). An FC
 // on [P, K] rows is base[p] = p * K, offs[j] = 4 j.
 //
-// The AVX2 kernel multiplies with vpmaddubsw, which adds pairs of products in saturating
-// int16: the caller keeps x[a] w[a] + x[b] w[b] within int16 (|w| <= 63 for x up to
-// 255, |w| <= 127 for x up to 127; zrl's int8_weight_max). The portable loop gives the
-// exact sums in int32 while 4 J x 255 x 127 fits (J <= 16,579: the binding refuses more);
-// within that range the two agree. OC must be a multiple of 16. Pure
-// function: safe from any number of threads on distinct outputs.
+// Three kernels (Int8Kernel; kAuto takes the first this CPU runs):
+//   - "avx512_vnni" (AVX-512 with VNNI: Intel Ice Lake and later, AMD Zen 4 and later):
+//     vpdpbusd sums 4 products straight into int32, exactly, whatever the weights.
+//   - "avx2": vpmaddubsw adds pairs of products in saturating int16, so the caller keeps
+//     x[a] w[a] + x[b] w[b] within int16 (|w| <= 63 for x up to 255, |w| <= 127 for x up
+//     to 127; zrl's int8_weight_max, which is 63 exactly where this kernel runs).
+//   - "portable": the plain loop.
+// The exact kernels give the sums in int32 while 4 J x 255 x 127 fits (J <= 16,579: the
+// binding refuses more); within that range all three agree. OC must be a multiple of 16.
+// Pure function: safe from any number of threads on distinct outputs.
 #pragma once
 
 #include <cstddef>
@@ -40,16 +44,20 @@ struct Int8Layer {
   const float* bias;          // [OC]
 };
 
-// Whether int8_layer runs its AVX2 kernel here (x86-64, built by GCC or Clang, a CPU with AVX2).
-bool int8_layer_avx2();
+// The kernels (see above). kAuto: the fastest this CPU runs.
+enum class Int8Kernel { kAuto, kAvx512Vnni, kAvx2, kPortable };
+
+// Whether `kernel` runs on this CPU (x86-64 built by GCC or Clang, and the CPU's features).
+bool int8_kernel_runs(Int8Kernel kernel);
+
+// "avx512_vnni", "avx2" or "portable": kAuto names the one it picks here.
+const char* int8_kernel_name(Int8Kernel kernel);
 
 // One layer over P positions (see above). out_u8 [P, OC] when given (qmax <= 255), else
-// out_f32 [P, OC]. Returns false (writing nothing) if OC is not a multiple of 16.
+// out_f32 [P, OC]. Returns false (writing nothing) if OC is not a multiple of 16 or
+// `kernel` does not run on this CPU.
 bool int8_layer(const std::uint8_t* x, const std::int64_t* base, std::size_t P, const Int8Layer& layer,
-                float inv_out_scale, int qmax, std::uint8_t* out_u8, float* out_f32);
-
-// The portable loop alone (for tests: the AVX2 kernel must give the same outputs).
-bool int8_layer_portable(const std::uint8_t* x, const std::int64_t* base, std::size_t P, const Int8Layer& layer,
-                         float inv_out_scale, int qmax, std::uint8_t* out_u8, float* out_f32);
+                float inv_out_scale, int qmax, std::uint8_t* out_u8, float* out_f32,
+                Int8Kernel kernel = Int8Kernel::kAuto);
 
 }  // namespace zrl

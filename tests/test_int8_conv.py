@@ -72,6 +72,21 @@ def test_the_weight_range_follows_the_cpus_int8_products(monkeypatch):
         assert cnn.int8_weight_max() == top and cnn.int8_dot_products() is (top == 127)
 
 
+def test_the_torso_runs_zrls_kernel_where_it_is_exact_for_the_weight_range(monkeypatch):
+    # zrl's AVX-512 VNNI kernel is exact for any int8 weights: used wherever it runs. Its AVX2
+    # kernel sums pairs in saturating int16, so only where weights take 63 levels (no int8 dot
+    # products); a CPU with AVX-VNNI alone keeps oneDNN's kernels.
+    for kernels, flags, native in (
+        (["avx512_vnni", "avx2", "portable"], {"avx2", "avx512_vnni"}, True),
+        (["avx2", "portable"], {"avx2"}, True),
+        (["avx2", "portable"], {"avx2", "avx_vnni"}, False),
+        (["portable"], set(), False),
+    ):
+        monkeypatch.setattr(cnn._core, "int8_layer_kernels", lambda k=kernels: k)
+        monkeypatch.setattr(cnn, "cpu_flags", lambda f=frozenset(flags): f)
+        assert cnn.native_int8_layers() is native, (kernels, flags)
+
+
 @needs_int8
 @pytest.mark.parametrize("torso", [False, True])
 def test_white_frames_do_not_saturate_the_int8_products(torso):
@@ -216,8 +231,8 @@ def test_quantize_rows_is_torchs_per_row_rounding():
 @needs_int8
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape,n", [((4, 84, 84), 8), ((4, 84, 84), 1), ((3, 36, 36), 5), ((1, 45, 37), 3)])
-# The layers as zrl's own kernel (AVX2 CPUs without int8 dot products), or oneDNN's convolutions
-# with the FC as torch._int_mm (VNNI CPUs) or oneDNN's int8 linear.
+# The layers as zrl's own kernel (AVX-512 VNNI, or AVX2 CPUs without int8 dot products), or oneDNN's
+# convolutions with the FC as torch._int_mm (VNNI CPUs) or oneDNN's int8 linear.
 @pytest.mark.parametrize("kernels", ["native", "int_mm", "onednn"])
 def test_int8_torso_matches_the_float_torso(dtype, shape, n, kernels, monkeypatch):
     torch.manual_seed(1)
@@ -227,8 +242,8 @@ def test_int8_torso_matches_the_float_torso(dtype, shape, n, kernels, monkeypatc
         want = model(x)
     model.to(dtype)
     assert cnn.Int8Torso.fits(model)
-    if kernels == "native":
-        monkeypatch.setattr(cnn, "int8_weight_max", lambda: 63)  # the range zrl's kernel takes (as on AVX2 CPUs)
+    if kernels == "native" and _core.int8_layer_kernels()[0] != "avx512_vnni":
+        monkeypatch.setattr(cnn, "int8_weight_max", lambda: 63)  # the range zrl's AVX2 kernel takes
     model.int8_torso = cnn.Int8Torso(model)
     # Before its first call, which quantizes for those kernels.
     model.int8_torso._native = kernels == "native"
@@ -256,13 +271,19 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
     bias = np.linspace(-3, 3, 16).astype(np.float32)
     want = F.conv2d(torch.from_numpy(x).double(), q.double(), stride=4).permute(0, 2, 3, 1).reshape(-1, 16)
     want = (want * 0.5 + torch.from_numpy(bias).double()).clamp_min(0)
-    for portable in (False, True):
+    assert _core.int8_layer_kernels()[-1] == "portable"
+    for kernel in ["auto", *_core.int8_layer_kernels()]:
         out = np.empty((len(base), 16), np.float32)
-        _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, out, portable=portable)
+        _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, out, kernel=kernel)
         np.testing.assert_allclose(out, want.numpy(), rtol=1e-6, atol=1e-5)
         u8 = np.empty((len(base), 16), np.uint8)
-        _core.int8_layer(x, base, packed, offs, scale, bias, 1 / 64, 255, u8, portable=portable)
+        _core.int8_layer(x, base, packed, offs, scale, bias, 1 / 64, 255, u8, kernel=kernel)
         np.testing.assert_array_equal(u8, np.clip(np.rint(out / 64), 0, 255).astype(np.uint8))
+    with pytest.raises(ValueError, match="kernel must be"):
+        _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, out, kernel="sse9")
+    for kernel in {"avx512_vnni", "avx2"} - set(_core.int8_layer_kernels()):
+        with pytest.raises(ValueError, match="does not run on this CPU"):
+            _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, out, kernel=kernel)
     with pytest.raises(ValueError, match="reach outside x"):
         _core.int8_layer(x, base + 1, packed, offs, scale, bias, 1.0, 0, out)
     with pytest.raises(ValueError, match="out must be"):
@@ -283,6 +304,28 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
     out2 = np.empty((len(base), 16), np.float32)
     _core.int8_layer(x, base.astype(np.longlong), packed, offs, scale, bias, 1.0, 0, out2)
     np.testing.assert_allclose(out2, want.numpy(), rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.skipif("avx512_vnni" not in _core.int8_layer_kernels(), reason="needs a CPU with AVX-512 VNNI")
+def test_the_vnni_kernel_is_exact_for_the_whole_int8_range():
+    # Bright pixels and weights of +-127: pairs of products past int16, which the AVX2 kernel
+    # saturates; the VNNI kernel sums them in int32 like the portable loop.
+    rng = np.random.default_rng(6)
+    P, J, OC = 21, 40, 32  # 21 positions: two whole tiles of 8 and a short one
+    x = rng.integers(200, 256, 4 * J * P, dtype=np.uint8)
+    base = np.arange(P, dtype=np.int64) * 4 * J
+    offs = np.arange(0, 4 * J, 4, dtype=np.int32)
+    w = rng.choice(np.array([-128, -127, 127], np.int8), (J, OC, 4))
+    scale, bias = np.ones(OC, np.float32), np.full(OC, 2.0**23, np.float32)
+    want = (x.reshape(P, 4 * J).astype(np.int64) @ w.transpose(0, 2, 1).reshape(4 * J, OC).astype(np.int64)) + 2**23
+    assert 0 < want.min() and want.max() < 2**24  # positive (the ReLU leaves it) and exact in float32
+    got = {}
+    for kernel in ("avx512_vnni", "portable", "avx2"):
+        got[kernel] = np.empty((P, OC), np.float32)
+        _core.int8_layer(x, base, w, offs, scale, bias, 1.0, 0, got[kernel], kernel=kernel)
+    np.testing.assert_array_equal(got["avx512_vnni"], want.astype(np.float32))
+    np.testing.assert_array_equal(got["portable"], want.astype(np.float32))
+    assert not np.array_equal(got["avx2"], want.astype(np.float32))  # (why the AVX2 kernel takes weights of 63)
 
 
 @needs_int8

@@ -9,13 +9,15 @@ def pixels_to_channels_last(src: npt.NDArray[np.uint8], out: npt.NDArray[Any]) -
 
 def int8_layer(x: npt.NDArray[np.uint8], base: npt.NDArray[np.int64], w: npt.NDArray[np.int8], offs: npt.NDArray[np.int32],
                scale: npt.NDArray[np.float32], bias: npt.NDArray[np.float32], inv_out_scale: float, qmax: int,
-               out: npt.NDArray[Any], portable: bool = False) -> None:
+               out: npt.NDArray[Any], kernel: str = "auto") -> None:
     """One int8 layer (a convolution without padding, or an FC) over P positions: acc = sum over j, q of
     x[base[p] + offs[j] + q] * w[j, oc, q]; y = acc * scale + bias; out uint8 [P, OC]: clamp(round(y * inv_out_scale),
-    0, qmax), out float32 [P, OC]: max(y, 0). AVX2 where the CPU has it; portable=True: the plain loop."""
+    0, qmax), out float32 [P, OC]: max(y, 0). AVX-512 VNNI or AVX2 where the CPU has it (int8_layer_kernels);
+    kernel names one (for tests)."""
 
-def int8_layer_avx2() -> bool:
-    """Whether int8_layer runs its AVX2 kernel on this CPU."""
+def int8_layer_kernels() -> list[str]:
+    """The kernels int8_layer runs on this CPU, fastest first (the first is the one it picks): 'avx512_vnni' (exact for
+    any int8 weights), 'avx2' (pairs of products summed in saturating int16: keep |w| <= 63 for x up to 255), 'portable'."""
 
 def quantize_rows(src: npt.NDArray[Any], out: npt.NDArray[np.int8], scales: npt.NDArray[np.float32]) -> bool:
     """Weights [R, K] float32 (or int16/uint16 holding bfloat16 bits) -> out int8 [R, K] and scales [R],

@@ -32,6 +32,9 @@ the shallow CNN acts in int8 end to end (`Int8Torso`): act() on 8 frames ~265 ->
 and on such a CPU (AMD EPYC, AVX2 only) the shallow torso on 8 frames takes
 ~600 us in oneDNN's int8 against ~1,000 in fp32 (bf16 is emulated there: ~6,500),
 and ~350 us in zrl's own AVX2 kernel, which Int8Torso uses there (`native_int8_layers`).
+On CPUs with AVX-512 VNNI zrl's own VNNI kernel runs it: on 2 cores of an AMD EPYC
+(Zen 4, 11-26) the torso on 8 frames ~155 us against ~337 in oneDNN's int8, act()
+~198 us against ~397.
 """
 from __future__ import annotations
 
@@ -114,12 +117,16 @@ def int8_weight_max() -> int:
 
 
 def native_int8_layers() -> bool:
-    """Whether Int8Torso runs its layers with zrl's own AVX2 kernel (`_core.int8_layer`) rather
-    than oneDNN's: on x86 CPUs with AVX2 but no int8 dot products (AMD Zen 1-3, Intel before Ice
-    Lake), where it is about twice as fast on the shallow CNN (8 Pong frames on an AMD EPYC: the
-    torso ~340-370 us against ~600-780, the convs 160 + 62 us and the FC 62). With int8 dot
-    products (VNNI, AMX) oneDNN's kernels multiply 4x as many pairs per instruction: kept there."""
-    return _core.int8_layer_avx2() and not int8_dot_products()
+    """Whether Int8Torso runs its layers with zrl's own kernel (`_core.int8_layer`) rather than
+    oneDNN's. Where the kernel has AVX-512 VNNI (Intel Ice Lake and later, AMD Zen 4 and later;
+    exact for any int8 weights): on the shallow CNN, 8 Pong frames, 2 cores of an AMD EPYC
+    (Zen 4), the torso ~155 us against ~337 in oneDNN's VNNI kernels. Where it has AVX2 alone,
+    only on CPUs without int8 dot products (AMD Zen 1-3, Intel before Ice Lake), whose weights
+    take 63 levels (int8_weight_max) so its pairs of products fit int16: there it is about twice
+    as fast as oneDNN (an AMD EPYC: the torso ~340-370 us against ~600-780). A CPU with AVX-VNNI
+    but not AVX-512 (Intel Alder Lake) keeps oneDNN's kernels."""
+    kernel = _core.int8_layer_kernels()[0]
+    return kernel == "avx512_vnni" or (kernel == "avx2" and not int8_dot_products())
 
 
 def quantize_conv_weight(conv: nn.Conv2d, whose: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,7 +267,10 @@ class Int8Torso:
     `_core.int8_layer`: 4 positions x 16 outputs per tile, vpmaddubsw on runs of 4 input
     bytes read in place, so the pixels need no relayout and no layer an im2col): ~350 us
     (the convs 160 + 62, the FC 62), the same arithmetic (the same quantized weights,
-    scales and rounding; its calibration passes run in it too). The recorded log mu(a|x) is this model's, so
+    scales and rounding; its calibration passes run in it too). On CPUs with AVX-512 VNNI
+    its VNNI kernel (8 positions x 16 outputs per tile, vpdpbusd: exact, so the weights keep
+    127 levels and the last conv's output 0..255) runs every layer instead of oneDNN: the
+    torso ~155 us against ~337 there (AMD EPYC, Zen 4, 11-26). The recorded log mu(a|x) is this model's, so
     V-trace corrects for the difference as for any behaviour policy. Acting only;
     the learner never uses it.
     """
@@ -395,11 +405,15 @@ class Int8Torso:
         self._x_scales = [1.0 / 255.0]
         self._native_args = []
         last = len(self.convs) - 1
+        # The FC reads the last conv's output: 0..127 where the AVX2 kernel sums pairs of its
+        # products in int16, 0..255 where the VNNI kernel sums them exactly (features' error on
+        # Pong frames 1.9% -> 1.6% of their mean).
+        fc_top = 255 if _core.int8_layer_kernels()[0] == "avx512_vnni" else 127
         for i, conv in enumerate(self.convs):
             w, offs = self._packed[i], self._plan[i]["offs"]
             scale = (self._w_scales[i] * self._x_scales[i]).numpy()
             bias = conv.bias.detach().float().numpy()
-            top = 127 if i == last else 255  # the FC reads 0..127 (pairs of products fit int16)
+            top = 255 if i < last else fc_top
             y = np.empty((len(bases[i]), conv.out_channels), np.float32)
             _core.int8_layer(x, bases[i], w, offs, scale, bias, 1.0, 0, y)
             s = self._output_scale(i, float(y.max()), top)
