@@ -27,7 +27,8 @@ outputs by `python bench/make_readme.py`.
 
 The tables below were measured on the development machine: 2 vCPUs (AMD EPYC,
 x86-64: some sessions had one with AVX-512, VNNI and BF16, later ones one
-with AVX2 only; stamps from 11-24 on name the SIMD level, older ones do not),
+with AVX2 only, and 11-26 a slower one with AVX-512, VNNI and BF16 (Zen 4);
+stamps from 11-24 on name the SIMD level, older ones do not),
 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU, shared with
 other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the replay gets its
 speed), [TRANSPORT.md](TRANSPORT.md) (where transport time goes, and the
@@ -59,10 +60,11 @@ equal."""),
     ("transport", """## transport: trajectory messages against raw pyzmq
 
 Two processes (an actor-side sender and a learner-side receiver) over tcp and
-ipc. zrl: the IMPALA recorder's in-place frame (`Layout.allocate`, the
-bootstrap row) and the actor's `Sender.finish`, which sends through
-`transport.Pusher` (one C++ call stamps the header and hands the frame to
-pyzmq's own libzmq: copied under 64 KiB, without a copy from there on). The
+ipc. zrl: the IMPALA recorder's `end_chunk`: the actor's `Sender.finish`,
+which sends through `transport.Pusher` (one C++ call stamps the header and
+hands the frame to pyzmq's own libzmq: copied under 64 KiB, without a copy
+from there on), then the next chunk's bootstrap row, in the same frame when
+it went out copied. The
 receiver does what the learner does before batching: `wire.Gate.drain`
 takes bursts from libzmq in C++ and checks them (the IMPALA schema and value
 checks in Python for the first frame of a layout, the C++ FrameGate for the
@@ -72,33 +74,51 @@ class), the default config's T=20 x K=32, and an Atari chunk of 20
 observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
-**Not every row reaches 0.9 on this machine, and no row does in every run.**
-Across the runs since 11-24, every row has at some point landed above 0.9
-and every row at some point below it. The ratios, tcp / ipc:
-- 2 KB: 0.56-1.02 / 0.62-0.99.
-- 23 KB: 0.83-1.12 / 0.80-1.04.
-- Atari: 0.73-1.10 / 0.67-1.48.
+**Over tcp every row is at about 0.9 or above; over ipc the 23 KB row is
+not (0.80-0.90).** Six runs on 11-26 (an AMD EPYC with AVX-512, Zen 4,
+nothing else running), after the day's two changes below; tcp / ipc:
+- 2 KB: 0.90-0.99 / 0.78-1.16.
+- 23 KB: 0.89-0.96 / 0.80-0.90.
+- Atari: 0.90-1.26 / 0.82-0.95.
 
-The table below is a fifth run (11-25, 05:43 UTC, inside the ranges below;
-its notes now describe the C++ send path right) after four runs of 04:33-04:37
-UTC, nothing else running, all after the learner's gate began refusing NaN and infinite
-floats in trajectories: the C++ FrameGate now reads every float of a known
-layout, +0.08 µs for a 2 KB message and +0.45 µs for a 23 KB one (timed in
-process; 0.1 ns a float, vectorised). The four runs, tcp / ipc: 2 KB
-0.64-0.80 / 0.72-0.80, 23 KB 0.86-0.98 / 0.83-0.94, Atari 0.90-0.99 /
-0.84-0.92. Frames from 64 KiB up go out zero-copy from C++
-(`_core.SendBuffer`, 11-25): that brought the Atari sender's CPU per message
-down to raw's (user time 29-52 µs -> 10-14, raw 9-20).
+The table is the last of them. Across the runs since 11-24 every row has at
+some point landed above 0.9 and at some point below it: single runs move by
+±0.15 on these shared cores, so only the ranges mean much.
+
+The day's changes: the IMPALA recorder writes the next chunk into the frame
+it has just sent when that went out copied (below 64 KiB), so a 2 KB chunk
+boundary costs the sender 1.4 µs in one process instead of 2.3 (raw's send
+0.8); and the learner's C++ FrameGate runs its bounds and finite-float loops
+as AVX2 clones where the CPU has AVX2 (the int64 action bounds were scalar
+code): checking a 23 KB chunk 1.25 -> 0.52 µs with the frame in cache. Four
+runs before the gate change gave 0.88-1.04 / 0.85-1.09 (2 KB), 0.86-0.96 /
+0.69-0.91 (23 KB) and 0.80-1.04 / 0.77-0.96 (Atari).
+
+What is left at 23 KB over ipc is on the receiving side: zrl's receiver
+process spends ~20 µs of CPU per message (its I/O thread included) against
+raw's ~15. Raw's never reads the payload; zrl's gate reads every float (no
+NaN or infinity) and every action (in range). In one process, from a deep
+queue (frames no longer in cache), zrl's receive costs 2.7 µs a message
+against raw's 0.6, the check alone 2.3 of it; but with the finite rule
+switched off the cross-process figure stayed at ~20 µs, so what exactly the
+other few µs are (memory traffic between the threads' cores, ~1 µs of
+Python per frame) was not pinned down.
+Waiting and draining in one C++ call (zmq_poll and the burst without the GIL,
+saving ~2 µs of pyzmq per wake-up in process) did not move the ratio in A/B
+runs (ipc 23 KB: 41-44k msg/s either way, raw 49-54k) and was not kept.
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
 included. The CPU ratio follows the throughput ratio row by row, so the gap
 is CPU per message on 2 shared cores. At 2 KB, timed in one process (11-25,
-a PUSH to an inproc PULL, queue kept short): the sender's chunk costs 1.86
-µs against 0.79 for raw's send, and the extra 1.07 µs is Python around the
-same C++ send: the bootstrap row's numpy copy (~0.55), `Layout.allocate`
-(~0.25) and the call layers (~0.2). The receiver adds ~0.3. Between the two
-processes the gap comes out at two to three times that.
+a PUSH to an inproc PULL, queue kept short), the sender's chunk boundary
+cost 1.86 µs against 0.79 for raw's send: Python around the same C++ send,
+the bootstrap row's numpy copy (~0.55), `Layout.allocate` (~0.25) and the
+call layers (~0.2). Writing the next chunk into the frame just sent (11-25,
+later) replaced the first two with one copy of bytes within the frame: the
+recorder's whole `end_chunk` 2.3 -> 1.4 µs. The receiver adds ~0.2-0.3 (0.84
+against 0.62 in one process on 11-26). Between the two processes the gap
+comes out at two to three times that.
 
 At 566 KB the sender now costs what raw's does. The gap is on the receiver:
 - 10-15 µs more user time per message: the Python that runs once per burst
@@ -130,37 +150,39 @@ loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
 step; weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
-**Where it stands.** The table is from an AVX2-only CPU (AMD EPYC, no
-AVX-512, VNNI or BF16; 11-25, 05:11 UTC, with that day's later changes: the
-finite-float check in the learner's gate; the learner-update row times the
-learner's own `update_step`, its non-finite gradient guard included):
-- Pong actor -> sink: 0.82 of the raw env (target 0.8), its five bracketed
-  runs 0.782-0.907 (a run at 04:36 gave 0.864, runs 0.850-0.894). 0.8 holds
-  in most runs, not all: single runs since 11-24 gave 0.76-0.98 on this CPU
-  (one table's median 0.74), and 0.82-0.86 in all 7 runs on an AVX-512
-  machine. With a core of its own for the policy (the row "emulator on 1
-  core") the actor runs at the emulator's speed: 1.01 here, 0.96 there.
-- Why not always: on 2 cores the emulator threads alone keep both cores busy
-  (~500-700 µs of CPU per env step here), so every µs the actor's own thread
-  spends acting (~105 µs per env step: zrl's int8 CNN kernel and Python) is
-  taken from them, and the raw env's rate drifts by tens of percent within
-  minutes. Each ratio is therefore a median of actor runs bracketed by raw
-  runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.04 for
+**Where it stands.** The table is from an AMD EPYC with AVX-512, VNNI and
+BF16 (Zen 4; 11-26, 12:41 UTC), with the shipped Pong config (24 envs, the
+policy acting on the first 8 ready, `actor.int8_torso: auto`):
+- **Pong actor -> sink: 0.885 of the raw env** (target 0.8), its five
+  bracketed runs 0.827-1.033. The same table an hour earlier, before zrl's
+  AVX-512 VNNI int8 kernel (the torso ran in oneDNN's VNNI kernels), gave
+  0.784 (runs 0.771-0.806), and a sink-only re-run with the kernel 0.822 (runs
+  0.807-0.856). With a core of its own for the policy (the row "emulator on 1
+  core") the actor runs at the emulator's speed: 1.06.
+- On the AVX2-only CPU of 11-25 (its table is kept below) the same row gave
+  0.82 (runs 0.782-0.907), and single runs since 11-24 0.76-0.98 there: 0.8
+  holds in most runs, not all. On 2 cores the emulator threads alone keep
+  both cores busy (~320 µs of CPU per env step here, ~500-700 there), so
+  every µs the actor's own thread spends acting (~59 µs per env step here,
+  ~105 there: the int8 CNN and Python) is taken from them, and the raw env's
+  rate drifts by tens of percent within minutes. Each ratio is therefore a
+  median of actor runs bracketed by raw runs.
+- Learner update against a plain PyTorch loop on the same batch: 1.08 for
   Pong and 1.07 for CartPole (target at most 1.10; 0.82-1.09 across tables).
-- `zrl run` with 2 Pong actors: ~1,600-1,700 env steps/s here, the learner
-  waiting for data 3-4% of its time (it is the bottleneck: fp32, no native
-  bf16 on this CPU); CartPole's rows have no target.
+- `zrl run` with 2 Pong actors: ~3,100 env steps/s here (~1,600-1,700 on the
+  AVX2 CPU), the learner waiting for data 9% of its time; CartPole's rows
+  have no target.
 
 What moved the ratio and what did not (int8 CNN kernels, acting on the first
 envs ready, emulator threads that give way, channels-last, C++ sampling),
 each with its A/B runs: [PIPELINE.md](PIPELINE.md)."""),
-    ("pipeline_avx512", """## pipeline on the AVX-512 machine (kept)
+    ("pipeline_avx2", """## pipeline on an AVX2-only CPU (kept)
 
-The pipeline benchmark as earlier sessions measured it on an AMD EPYC with
-AVX-512, VNNI and BF16 (2 vCPUs), with the Pong config's 16 envs in 2 groups
-and single raw and sink runs (before the bracketed repeats). Kept beside the
-table above, which is from a CPU with neither int8 dot products nor bf16."""),
+The same benchmark on an AMD EPYC with AVX2 alone (no AVX-512, VNNI or BF16;
+11-25, 05:11 UTC), with that day's code: the learner's gate refusing NaN and
+infinite floats, the learner-update row timing the learner's own
+`update_step`. There the int8 torso runs in zrl's AVX2 kernel and the
+learner in fp32."""),
     ("learning", """## learning: time to solve CartPole-v1
 
 Wall time from the command's start (process start-up included) and env steps
@@ -219,18 +241,28 @@ return of 9 that never recovers. The test suite's learning test (400 within
 never in CI."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
-`configs/pong_impala.yaml` (shallow CNN; in the runs below, the config of
-11-24: 2 actors x 16 envs in 2 groups; it has had 24 envs acting on the
-first 8 ready since, as in "pong on an AVX2-only CPU"; acting in int8 (`actor.int8_torso: auto`: 8-bit activations and int8 weights, where the CPU has int8
-dot products), CPU learner with bf16 forward passes where the CPU does bf16 natively:
-`learner.precision` auto) for a few minutes: the mean episode return (game score,
-unclipped) over time, and frames/s (a step is 4 emulator frames). Random
-play scores about -20.5.
+`configs/pong_impala.yaml` (shallow CNN; 2 actors x 24 envs, the policy
+acting on the first 8 ready; acting in int8, `actor.int8_torso: auto`: 8-bit
+activations and int8 weights, in zrl's own kernels on CPUs with AVX-512 VNNI
+or AVX2; CPU learner with bf16 forward passes where the CPU does bf16
+natively: `learner.precision` auto) for a few minutes: the mean episode
+return (game score, unclipped) over time, and frames/s (a step is 4 emulator
+frames). Random play scores about -20.5. `zrl bench pong` runs 10 minutes;
+`--seconds` sets another length.
 
-**In 10 minutes on this CPU the return rises by 4-13 points, from minute
-6-8 on** (the five runs of the shipped config below; the last: -20.6 to
--10.8, at 17.7k frames/s). The learner is the bottleneck. Two settings, both in the config since
-11-23, took the curve there from flat:
+**The table below (11-26): 20 minutes on an AVX-512 EPYC (Zen 4), -20.4 ->
+-5.7 at minute 18** (`zrl bench pong --seconds 1200`, 12.4k frames/s, 14.8M
+frames). The return held at -20 to -20.8 for 7 minutes, stood a point up at
+minute 10 (7.7M frames), then climbed ~2.3 points a minute to -7.4 at minute
+15, and stayed between -5.7 and -8.2 to the end. The 10-minute bench of the
+same config an hour earlier (12.2k frames/s): -20.35 -> -19.34, a point up
+at minute 10. This machine trains at ~70% of the speed of the AVX-512
+machine of 11-24 (its learner update takes 28 ms against 18-19 there), and
+the rise comes about as many frames in as there (6-8M). The learner is the
+bottleneck (waiting for data 10% of its time).
+
+Two settings, both in the config since 11-23, took the curve from flat on
+the 11-24 machine:
 
 - **Batches of one chunk, 8 x 20 steps.** Until 11-23 the config took the
   paper's 32 x 20; an update took 95-150 ms, depending on how busy the
@@ -241,7 +273,7 @@ play scores about -20.5.
   With batches of 32 this made no difference (the policy had had too few
   updates for the bonus to matter); with batches of 8 it does.
 
-The runs so far (the last row is the table below):
+The runs so far (10 minutes unless said; the last row is the table below):
 
 | date  | batch | entropy cost | other         | frames/s | first minute -> tenth minute |
 | ----- | ----- | ------------ | ------------- | -------- | ---------------------------- |
@@ -260,28 +292,37 @@ The runs so far (the last row is the table below):
 | 11-24 | 8     | 0.0006       | channels_last CNNs | 16.1k | -20.48 -> -16.23             |
 | 11-24 | 8     | 0.0006       | int8 first conv, C++ draw | 16.1k | -20.39 -> -7.02       |
 | 11-24 | 8     | 0.0006       | int8 torso    | 17.7k    | -20.59 -> -10.79             |
+| 11-26 | 8     | 0.0006       | 24 envs, first 8 ready; zrl's VNNI kernel; a slower machine | 12.2k | -20.35 -> -19.34 |
+| 11-26 | 8     | 0.0006       | the same, 20 minutes | 12.4k | -20.38 -> -18.93 (-5.69 at minute 18) |
 
-The rise starts late (minute 6-8) and is still steepening when the run
-stops, so single runs of a variant say little about small differences: the
-first three runs of the shipped config ended within 2.5 points of each other,
-the fourth 7 points above them (its rise came at minute 6, not 8, and minute
-10 jumped from -17.3 to -7.0). The third, with the CNNs in channels_last
-(11-24), ran 18% more frames per second than the one before it; the fourth,
-acting with an int8 first conv, as many frames per second as the third (the
-learner is the bottleneck); its actors' first conv ran with int8 weights,
-and in this one run that did not hold the learning back. The fifth (11-24,
-later), its actors' whole CNN in int8 with 8-bit activations, rose from
-minute 6 to -10.8 at 17.7k frames/s, inside the spread of the others.
+The rise starts late (minute 6-8 on the 11-24 machine, 9-10 here) and is
+steep once it starts, so single runs of a variant say little about small
+differences: the first three runs of the 11-24 config ended within 2.5
+points of each other, the fourth 7 points above them (its rise came at
+minute 6, not 8, and minute 10 jumped from -17.3 to -7.0). The third, with
+the CNNs in channels_last (11-24), ran 18% more frames per second than the
+one before it; the fourth, acting with an int8 first conv, as many frames
+per second as the third (the learner is the bottleneck); its actors' first
+conv ran with int8 weights, and in this one run that did not hold the
+learning back. The fifth (11-24, later), its actors' whole CNN in int8 with
+8-bit activations, rose from minute 6 to -10.8 at 17.7k frames/s, inside the
+spread of the others.
 
-A 20-minute run of the shipped config (`zrl run --config
-configs/pong_impala.yaml --max-seconds 1200`, 11-24, 13.7k frames/s, 25,600
+A 20-minute run on the 11-24 machine (`zrl run --config
+configs/pong_impala.yaml --max-seconds 1200`, 13.7k frames/s, 25,600
 updates) went on from there: -20.4 (minute 1), -17.2 (10), -7.4 (13),
 -4.5 (14), then -2 to -5 until minute 20 (-2.8 at the end, 16.4M frames).
-Pong is not learned in 20 minutes on a CPU learner (a learned game scores
-+18 to +21); give it longer, or a GPU learner."""),
+Both 20-minute runs level off between -3 and -8: Pong is not learned in 20
+minutes on a CPU learner (a learned game scores +18 to +21); give it longer,
+or a GPU learner."""),
+    ("pong_avx512_1124", """## pong on the AVX-512 machine of 11-24 (kept)
+
+The 10-minute bench of 11-24 on a faster AVX-512 EPYC, with that day's
+config (2 actors x 16 envs in 2 groups, oneDNN's int8 kernels): -20.59 ->
+-10.79 at 17.7k frames/s (the last of the 11-24 rows above)."""),
     ("pong_avx2", """## pong on an AVX2-only CPU (the same config, 11-24 and 11-25, later sessions)
 
-The table above is from the AVX-512 machine. On the AVX2-only EPYC (no
+The tables above are from AVX-512 machines. On the AVX2-only EPYC (no
 AVX-512, VNNI or BF16) the same 10-minute run (11-24; the table at the end
 of this section is now a 25-minute run of the bench), with the actors of that
 session (24 envs acting on the first 8 ready, zrl's int8 kernel), trains at
