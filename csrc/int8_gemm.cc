@@ -171,6 +171,10 @@ bool layer_portable(const std::uint8_t* x, const std::int64_t* base, std::size_t
   return true;
 }
 
+Int8Kernel auto_kernel() {
+  return cpu_has_avx512_vnni() ? Int8Kernel::kAvx512Vnni : cpu_has_avx2() ? Int8Kernel::kAvx2 : Int8Kernel::kPortable;
+}
+
 }  // namespace
 
 bool int8_kernel_runs(Int8Kernel kernel) {
@@ -183,12 +187,8 @@ bool int8_kernel_runs(Int8Kernel kernel) {
   return false;
 }
 
-Int8Kernel int8_auto_kernel() {
-  return cpu_has_avx512_vnni() ? Int8Kernel::kAvx512Vnni : cpu_has_avx2() ? Int8Kernel::kAvx2 : Int8Kernel::kPortable;
-}
-
 const char* int8_kernel_name(Int8Kernel kernel) {
-  switch (kernel == Int8Kernel::kAuto ? int8_auto_kernel() : kernel) {
+  switch (kernel == Int8Kernel::kAuto ? auto_kernel() : kernel) {
     case Int8Kernel::kAvx512Vnni: return "avx512_vnni";
     case Int8Kernel::kAvx2: return "avx2";
     default: return "portable";
@@ -198,7 +198,7 @@ const char* int8_kernel_name(Int8Kernel kernel) {
 bool int8_layer(const std::uint8_t* x, const std::int64_t* base, std::size_t P, const Int8Layer& L,
                 float inv_out_scale, int qmax, std::uint8_t* out_u8, float* out_f32, Int8Kernel kernel) {
   if (L.OC % 16 != 0 || !int8_kernel_runs(kernel)) return false;
-  if (kernel == Int8Kernel::kAuto) kernel = int8_auto_kernel();
+  if (kernel == Int8Kernel::kAuto) kernel = auto_kernel();
 #ifdef ZRL_INT8_AVX2
   if (kernel == Int8Kernel::kAvx512Vnni) {
     layer_vnni(x, base, P, L, inv_out_scale, qmax, out_u8, out_f32);
