@@ -99,10 +99,11 @@ process spends ~20 µs of CPU per message (its I/O thread included) against
 raw's ~15. Raw's never reads the payload; zrl's gate reads every float (no
 NaN or infinity) and every action (in range). In one process, from a deep
 queue (frames no longer in cache), zrl's receive costs 2.7 µs a message
-against raw's 0.6, the check alone 2.3 of it; but with the finite rule
-switched off the cross-process figure stayed at ~20 µs, so what exactly the
-other few µs are (memory traffic between the threads' cores, ~1 µs of
-Python per frame) was not pinned down.
+against raw's 0.6, the check alone 2.3 of it. Between the processes, with
+the value rules switched off (an experiment: the gate then checks header and
+descriptors only), zrl's receiver took ~18 µs: the checks' reading is ~2 µs
+of the ~5, and the rest the per-frame path that raw's bare `recv` does not
+have (the burst's tuples, a view and a `Message` per frame).
 Waiting and draining in one C++ call (zmq_poll and the burst without the GIL,
 saving ~2 µs of pyzmq per wake-up in process) did not move the ratio in A/B
 runs (ipc 23 KB: 41-44k msg/s either way, raw 49-54k) and was not kept.
