@@ -747,12 +747,16 @@ class Learner:
             self._published = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=version))
         self._send_weights(self._published)
 
+    def _connected(self, now: float) -> int:
+        """Senders heard from within learner.actor_timeout_s (call with the lock held)."""
+        return sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
+
     def _log_waiting(self, metrics: MetricsWriter, elapsed: float) -> None:
         """The console line while no update runs: what the learner waits for."""
         with self._lock:
             env_steps, updates, rejected = self.env_steps, self.updates, sum(self.rejected.values())
             now = time.monotonic()
-            connected = sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
+            connected = self._connected(now)
         what = self.algo.waiting_for() if self.algo is not None else None
         metrics.line(
             f"{elapsed:6.1f}s  steps {env_steps:,}  updates {updates:,}  waiting for {what or 'data'}  "
@@ -786,7 +790,7 @@ class Learner:
             lag_max = self.lag_max if self.lag_n else None
             self.lag_sum, self.lag_n, self.lag_max = 0.0, 0, 0
             now = time.monotonic()
-            connected = sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
+            connected = self._connected(now)
             mean_ret = float(np.mean(self.returns)) if self.returns else None
             mean_len = float(np.mean(self.lengths)) if self.lengths else None
             n_ret = len(self.returns)

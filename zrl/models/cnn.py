@@ -328,6 +328,10 @@ class Int8Torso:
         # zrl's own AVX2 kernel (_core.int8_layer) for every layer, where the CPU has no int8 dot
         # products (oneDNN's pre-VNNI kernels are slower on these shapes) and the layers fit it.
         self._native = native_int8_layers() and self._native_fits()
+        # The FC reads the last conv's output: 0..127 where the AVX2 kernel sums pairs of its
+        # products in int16, 0..255 where the VNNI kernel sums them exactly (features' error on
+        # Pong frames 1.9% -> 1.6% of their mean).
+        self._fc_top = 255 if self._native and _core.int8_layer_kernels()[0] == "avx512_vnni" else 127
         self._plan: list[dict] | None = None  # native: per layer, its input runs (offs) and shapes
         self._bases: dict[int, list[np.ndarray]] = {}  # native: per batch size, each layer's base offsets
 
@@ -405,15 +409,11 @@ class Int8Torso:
         self._x_scales = [1.0 / 255.0]
         self._native_args = []
         last = len(self.convs) - 1
-        # The FC reads the last conv's output: 0..127 where the AVX2 kernel sums pairs of its
-        # products in int16, 0..255 where the VNNI kernel sums them exactly (features' error on
-        # Pong frames 1.9% -> 1.6% of their mean).
-        fc_top = 255 if _core.int8_layer_kernels()[0] == "avx512_vnni" else 127
         for i, conv in enumerate(self.convs):
             w, offs = self._packed[i], self._plan[i]["offs"]
             scale = (self._w_scales[i] * self._x_scales[i]).numpy()
             bias = conv.bias.detach().float().numpy()
-            top = 255 if i < last else fc_top
+            top = 255 if i < last else self._fc_top
             y = np.empty((len(bases[i]), conv.out_channels), np.float32)
             _core.int8_layer(x, bases[i], w, offs, scale, bias, 1.0, 0, y)
             s = self._output_scale(i, float(y.max()), top)
