@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+import torch
 
 from zrl.bench.pipeline import plot
 
@@ -50,6 +51,16 @@ def test_learner_overhead_times_both_paths_on_batches_of_whole_chunks(name, over
     from zrl.bench.pipeline import _config, learner_overhead
 
     zrl_s, plain_s = learner_overhead(name, _config(name, overrides), 2)
+    assert 0 < plain_s and 0 < zrl_s
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("from_host", [False, True])
+def test_learner_overhead_on_a_gpu(from_host):
+    from zrl.bench.pipeline import _config, learner_overhead
+
+    zrl_s, plain_s = learner_overhead("Pong", _config("Pong", ["learner.batch_size=8", "actor.env_groups=3"]), 20, "cuda", from_host)
     assert 0 < plain_s and 0 < zrl_s
 
 

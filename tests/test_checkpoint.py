@@ -38,7 +38,7 @@ def test_resume_continues_the_counters(tmp_path, endpoint, make_learner, make_ac
     assert second.updates == r1.updates and second.env_steps == r1.env_steps and second.episodes == r1.episodes
     # Same weights as were saved.
     for (k, v), (k2, v2) in zip(state["model"].items(), second.model.state_dict().items()):
-        assert k == k2 and torch.equal(v, v2)
+        assert k == k2 and torch.equal(v, v2.cpu())  # (the learner's may be on a GPU)
     make_actor(cfg, index=0, learner=endpoint + "-resumed")
     wait_for(lambda: second.updates >= r1.updates + 3, 60, "training to continue after resume")
     assert second.env_steps > r1.env_steps
@@ -207,7 +207,7 @@ def test_resume_with_another_optimizer_starts_it_afresh(tmp_path, endpoint, make
     assert isinstance(resumed.optimizer, torch.optim.RMSprop) and not resumed.optimizer.state
     assert "learner.optimizer adam, this config has rmsprop: the optimiser starts afresh" in caplog.text
     for k, v in saved["model"].items():
-        assert torch.equal(v, resumed.model.state_dict()[k])
+        assert torch.equal(v, resumed.model.state_dict()[k].cpu())
     make_actor(rms, learner=endpoint + "-rms")
     wait_for(lambda: resumed.updates >= saved["counters"]["updates"] + 2, 60, "RMSprop updates after resume")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import re
 
 import pytest
@@ -151,6 +152,13 @@ def test_an_override_that_breaks_the_config_is_named_rather_than_the_file(tmp_pa
         load_config(bad, ["learner.learning_rate=0.1"])
 
 
+def _other_paths() -> list[str]:
+    """PYTHONPATH's entries other than the checkout (where the dependencies may come from)."""
+    from conftest import ROOT
+
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT.resolve()]
+
+
 @pytest.mark.timeout(120)
 def test_an_installed_package_ships_the_configs_and_finds_its_default(tmp_path):
     """`pip install .` (not editable) builds through setup.py's build_py: the package it
@@ -168,7 +176,8 @@ def test_an_installed_package_ships_the_configs_and_finds_its_default(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = subprocess.run([sys.executable, "-c", "from zrl.config import default_config_path, load_config as l; p = default_config_path(); l(p); print(p)"],
-                         cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(lib)}, check=True, capture_output=True, text=True, timeout=60)
+                         cwd=elsewhere, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(lib), *_other_paths()])}, check=True,
+                         capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == str(lib / "zrl" / "configs" / "cartpole_impala.yaml")
 
 

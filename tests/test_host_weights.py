@@ -1,5 +1,6 @@
 """Host copies without a blocking round trip: HostWeights (the learner's weights, for
-publishing) and Ape-X's HostPriorities (new priorities, for the replay)."""
+publishing), Ape-X's HostPriorities (new priorities, for the replay), and IMPALA's batches
+(joined in pinned memory for a GPU)."""
 from __future__ import annotations
 
 import numpy as np
@@ -88,3 +89,36 @@ def test_gpu_priorities_reach_the_replay_one_update_late_and_on_flush():
     hp.flush()
     np.testing.assert_array_equal(replay.updates[1][0], [4, 5, 6, 7])
     np.testing.assert_array_equal(replay.updates[1][1], [13.0] * 4)
+
+
+def _frames_parts():
+    """Read-only arrays, as a batch's chunks arrive (views of received frames)."""
+    rng = np.random.default_rng(0)
+    parts = []
+    for k in (3, 5, 2):
+        for a in (rng.integers(0, 256, (4, k, 2, 3), dtype=np.uint8), rng.random((4, k)) < 0.5, rng.normal(size=(4, k)).astype(np.float32)):
+            a.flags.writeable = False
+            parts.append(a)
+    return [parts[i::3] for i in range(3)]  # per field: the chunks' arrays
+
+
+def test_a_batch_is_joined_into_a_host_tensor_as_numpy_joins_it():
+    from zrl.learner.algorithms.impala import _join, join_into
+
+    cores = [np.arange(k * 4, dtype=np.float32).reshape(k, 4) for k in (3, 5, 2)]  # LSTM states: joined on axis 0
+    for parts, axis in [*((p, 1) for p in _frames_parts()), (cores, 0)]:
+        want = np.concatenate(parts, axis=axis)
+        out = torch.empty(want.shape, dtype=torch.from_numpy(want).dtype)
+        assert join_into(parts, axis, out) is out
+        np.testing.assert_array_equal(out.numpy(), want)
+        np.testing.assert_array_equal(_join(parts, axis, torch.device("cpu")).numpy(), want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_batch_for_the_gpu_is_joined_in_pinned_memory_and_lands_there():
+    from zrl.learner.algorithms.impala import _join
+
+    for parts in _frames_parts():
+        t = _join(parts, 1, torch.device("cuda"))
+        assert t.device.type == "cuda"
+        np.testing.assert_array_equal(t.cpu().numpy(), np.concatenate(parts, axis=1))

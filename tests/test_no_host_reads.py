@@ -5,17 +5,20 @@ On a GPU every read of a tensor's values by the host (`.item()`, `float(t)`, `.c
 `.numpy()`, a boolean mask, `nonzero`, ...) waits for the GPU to finish all the work queued
 before it. No GPU is needed to see such reads: they are Python calls on tensors, and a
 `TorchFunctionMode` sees every one made on the learner's thread. The loop may read only
-through its host-transfer points (`vtrace_on_host`, `HostWeights`, `HostPriorities`), and
-when it logs. The modes are thread-local, so the receiver thread is not watched (it
+through its host-transfer points (`vtrace_on_host`, `HostWeights`, `HostPriorities`, and
+`impala._join`, which fills a batch in host memory), and when it logs. The modes are thread-local, so the receiver thread is not watched (it
 handles numpy frames, not tensors).
 
-What this cannot see: syncs inside PyTorch's own C++ (a blocking copy from pageable
+What the mode cannot see: syncs inside PyTorch's own C++ (a blocking copy from pageable
 memory, say). The learner's copies to a device go through pinned memory with
-non_blocking=True (impala._to_device, apex_dqn), which the CUDA case below runs.
+non_blocking=True (impala._join and _to_device, apex_dqn). On a GPU, DeviceSyncs (below) sees those
+too: PyTorch's sync debug mode reports each synchronising CUDA call as it is made.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
 
 import pytest
 import torch
@@ -42,6 +45,7 @@ MASKABLE = {T.__getitem__, T.__setitem__, T.index_put_, T.index_put, torch.index
 # Where the loop may read: its host-transfer points (V-trace's is counted: once per update).
 TRANSFERS = {
     impala.vtrace_on_host.__code__,
+    impala._join.__code__,  # writes a batch into host memory (pinned for a GPU) and sends it
     learner_mod.HostWeights.ready.__code__,
     learner_mod.publishable.__code__,
     apex_dqn.HostPriorities.put.__code__,
@@ -212,3 +216,107 @@ def test_a_read_in_the_loss_is_caught(plant, make_learner, make_actor, monkeypat
     else:
         assert len(mode.reads) == len(planted), mode.reads
         assert all(r.endswith(f"(<lambda>): {read}") for r in mode.reads), mode.reads
+
+
+class DeviceSyncs:
+    """Records every synchronising CUDA call that PyTorch itself reports
+    (`torch.cuda.set_sync_debug_mode("warn")`) inside `Learner._train`, other than at its
+    transfer points and when it logs, with the line of code outside torch that made it. This
+    sees what HostReads cannot: a sync inside PyTorch's C++, such as a blocking copy from
+    pageable memory. The debug mode and the warning hook are process-wide; in these tests
+    only the learner's thread uses the GPU (the actors act on the CPU)."""
+
+    def __init__(self):
+        self.reads: list[str] = []
+        self.at_transfers = 0  # V-trace's round trip, a HostPriorities wait: allowed, counted
+
+    def _record(self, f) -> None:
+        where = None
+        while f is not None:
+            code = f.f_code
+            if code in TRANSFERS:
+                self.at_transfers += 1
+                return
+            if code in NOT_THE_UPDATE:
+                return
+            name = code.co_filename
+            if where is None and "/torch/" not in name and not name.endswith("warnings.py") and code is not DeviceSyncs._record.__code__:
+                where = f"{'/'.join(name.rsplit('/', 2)[-2:])}:{f.f_lineno} ({code.co_name})"
+            if code is learner_mod.Learner._train.__code__:
+                self.reads.append(where or "?")
+                return
+            f = f.f_back
+
+    @contextlib.contextmanager
+    def watching(self, learner):
+        """For make_learner(around=...)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            show = warnings.showwarning
+
+            def hook(message, category, filename, lineno, file=None, line=None):
+                if "synchronizing CUDA operation" in str(message):
+                    self._record(sys._getframe(1))
+                else:
+                    show(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = hook
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield self
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+
+def _watch_syncs(cfg, make_learner, make_actor, updates: int) -> tuple[DeviceSyncs, int]:
+    syncs = DeviceSyncs()
+    learner, runner = make_learner(cfg, around=syncs.watching)
+    make_actor(cfg)
+    wait_for(lambda: learner.updates >= updates or not runner.thread.is_alive(), 90, f"{updates} updates")
+    learner.request_stop()
+    runner.join(30)
+    return syncs, learner.updates
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "apex", "pong", "pong-deep-lstm"])
+def test_the_gpu_update_loop_makes_no_synchronising_call(name, make_learner, make_actor):
+    cfg = _configs("cuda")[name]
+    syncs, updates = _watch_syncs(cfg, make_learner, make_actor, 20)
+    print(f"\n{name}: {updates} updates, {syncs.at_transfers} synchronising calls at the transfer points")
+    assert updates >= 20
+    assert syncs.reads == [], "synchronising CUDA calls in the update loop:\n" + "\n".join(sorted(set(syncs.reads)))
+
+
+# A loss that synchronises: (the call, whether PyTorch's sync debug mode must report it).
+SYNC_PLANTS = {
+    "item": (lambda loss: loss.detach().item(), True),
+    "pageable-copy-in": (lambda loss: torch.ones(3).to(loss.device), True),  # invisible to HostReads
+    "pinned-copy-in": (lambda loss: torch.ones(3).pin_memory().to(loss.device, non_blocking=True), False),
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("plant", sorted(SYNC_PLANTS))
+def test_a_sync_in_the_gpu_loss_is_caught(plant, make_learner, make_actor, monkeypatch):
+    cfg = _configs("cuda")["impala"]
+    real_loss = impala.Impala.loss
+    call, caught = SYNC_PLANTS[plant]
+    planted = []
+
+    def loss_that_syncs(self, model, batch):
+        loss, stats = real_loss(self, model, batch)
+        planted.append(call(loss))
+        return loss, stats
+
+    monkeypatch.setattr(impala.Impala, "loss", loss_that_syncs)
+    syncs, _ = _watch_syncs(cfg, make_learner, make_actor, 5)
+    assert len(planted) >= 5
+    if caught:
+        assert len(syncs.reads) == len(planted), syncs.reads
+        assert all(r.endswith("(<lambda>)") for r in syncs.reads), syncs.reads
+    else:
+        assert syncs.reads == [], syncs.reads

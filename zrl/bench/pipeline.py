@@ -147,15 +147,22 @@ def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
         return json.loads((Path(d) / "learner_final.json").read_text())["perf"]
 
 
-def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
-    """Seconds per update: zrl's path from wire messages, and a plain loop on in-memory tensors."""
+def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_host: bool = False) -> tuple[float, float]:
+    """Seconds per update: zrl's path from wire messages, and a plain loop on in-memory tensors.
+
+    device "cuda": both models on the GPU. The plain loop's batch is then on the GPU already,
+    or, with from_host, in pinned host memory that it copies over (non_blocking) each step, as
+    a DataLoader with pin_memory would hand it. zrl publishes as its learner does there
+    (HostWeights: a copy queued behind the update, picked up once it has landed). Steps are
+    timed in blocks of 10 with one synchronize at the end of each, so that the CPU's work for
+    one step overlaps the GPU's for the one before, as in a training loop."""
     import torch
 
     from zrl import wire
     from zrl.envs import probe_specs
     from zrl.learner import algorithms
     from zrl.learner.algorithms.base import Sender
-    from zrl.learner.learner import DATA_KINDS, publishable, update_step
+    from zrl.learner.learner import DATA_KINDS, HostWeights, update_step
     from zrl.models import flatten_parameters
 
     torch.set_num_threads(cfg.learner.torch_threads)
@@ -183,22 +190,24 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     frames = [bytes(f) for f in frames]
     schema = algo.trajectory_schema(B)
 
-    def make(seed):
-        torch.manual_seed(seed)
-        m = algo.build_model()
-        return m, torch.optim.Adam(m.parameters(), lr=1e-4)
-
-    device = torch.device("cpu")
+    device = torch.device(device)
+    gpu = device.type == "cuda"
     # Plain: the batch is tensors already; same loss, optimiser and clipping.
     plain_batch = algo.collate([wire.decode(f) for f in frames], device)
-    m1, o1 = make(1)
+    host_batch = {k: v.cpu().pin_memory() for k, v in plain_batch.items()} if gpu and from_host else None
     torch.manual_seed(1)
-    m2 = algo.build_model()
+    m1 = algo.build_model().to(device)
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-4)
+    torch.manual_seed(1)
+    m2 = algo.build_model().to(device)
     flat2 = flatten_parameters(m2)  # as the learner does, before its optimiser
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-4)
+    host_weights = HostWeights(flat2)
+    version = 0
 
     def plain_step():
-        loss, _ = algo.loss(m1, plain_batch)
+        batch = plain_batch if host_batch is None else {k: v.to(device, non_blocking=True) for k, v in host_batch.items()}
+        loss, _ = algo.loss(m1, batch)
         o1.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m1.parameters(), cfg.learner.max_grad_norm)
@@ -212,21 +221,31 @@ def learner_overhead(name: str, cfg, updates: int) -> tuple[float, float]:
     params2 = list(m2.parameters())
 
     def zrl_step():
+        nonlocal version
         batch = algo.collate([gate.check(f)[0] for f in frames], device)
         update_step(algo, m2, o2, params2, batch, cfg.learner.max_grad_norm)  # the learner's own step
-        wire.encode(wire.Kind.WEIGHTS, {"params": publishable(flat2)})  # publishing, every update here
+        version += 1
+        host_weights.start(version)  # publishing, every update here
+        landed = host_weights.ready()
+        if landed is not None:
+            wire.encode(wire.Kind.WEIGHTS, {"params": landed[1]})
+
+    block = 10 if gpu else 1
+
+    def timed(step) -> float:
+        t0 = time.perf_counter()
+        for _ in range(block):
+            step()
+        if gpu:
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - t0) / block
 
     for f in (plain_step, zrl_step):
-        f()
+        timed(f)
     zrl_t, plain_t = [], []
-    for _ in range(updates):  # alternate, so noise hits both alike
-        t0 = time.perf_counter()
-        plain_step()
-        t1 = time.perf_counter()
-        zrl_step()
-        t2 = time.perf_counter()
-        plain_t.append(t1 - t0)
-        zrl_t.append(t2 - t1)
+    for _ in range(max(1, updates // block)):  # alternate, so noise hits both alike
+        plain_t.append(timed(plain_step))
+        zrl_t.append(timed(zrl_step))
     return float(np.median(zrl_t)), float(np.median(plain_t))
 
 
@@ -273,6 +292,9 @@ def run(opts: BenchOptions) -> BenchResult:
         columns=["measurement", "env", "n", "zrl", "reference", "ratio", "learner_samples/s", "wait_for_data", "lag_mean"],
     )
     envs = ["CartPole", "Pong"]
+    import torch
+
+    cuda = torch.cuda.is_available()
     secs = 2.0 if quick else 8.0
     pairs = 1 if quick else 5
     spreads = []  # each bracketed run's ratio, for the notes
@@ -294,8 +316,15 @@ def run(opts: BenchOptions) -> BenchResult:
             result.add(measurement="zrl run (env steps/s)", env=name, n=actors, zrl=perf["env_steps_per_s"], reference=raw,
                        ratio=perf["env_steps_per_s"] / raw, **{"learner_samples/s": perf["learner_samples_per_s"],
                                                                "wait_for_data": perf["wait_for_data_frac"], "lag_mean": perf["policy_lag_mean"]})
-        z, p = learner_overhead(name, cfg, 5 if quick else (40 if name == "Pong" else 200))
+        updates = 5 if quick else (40 if name == "Pong" else 200)
+        z, p = learner_overhead(name, cfg, updates)
         result.add(measurement="learner update (ms)", env=name, n=cfg.learner.batch_size, zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
+        if cuda:
+            for from_host in (False, True):
+                z, p = learner_overhead(name, cfg, max(updates, 100), device="cuda", from_host=from_host)
+                what = "plain loop copies its batch from pinned memory" if from_host else "plain loop's batch on the GPU"
+                result.add(measurement=f"learner update on cuda, {what} (ms)", env=name, n=cfg.learner.batch_size,
+                           zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
     result.notes += [
         "raw env: the actor's vector env (same backend, K and emulator threads) stepped with random actions in one process; "
         "the ceiling for everything below. Pong: 1 step = 4 emulator frames.",
@@ -312,6 +341,10 @@ def run(opts: BenchOptions) -> BenchResult:
         "learner update: median ms per update, zrl's path from wire messages (the learner's wire.Gate: decode and checks, in line with the update; collate, "
         "then the learner's own update_step: loss with C++ V-trace, backward, clip, the non-finite gradient guard, step, after_update; weights encoded) "
         "vs a plain PyTorch loop on the same batch already in tensors; n = batch columns; target ratio <= 1.10.",
+        *(["learner update on cuda: the same on the GPU, both timed in blocks of 10 steps with one synchronize per block; "
+           "zrl's batch goes to the GPU through pinned memory and its weights come back through HostWeights' pinned copy, "
+           "as in its learner. The plain loop's batch is on the GPU already, or (second row) in pinned host memory, "
+           "copied with non_blocking=True each step."] if cuda else []),
     ]
     png = opts.out / "pipeline.png"
     result.notes.append(f"Plot: {png.name} (beside this table)" if plot(result.rows, png) else "matplotlib is not installed: no plot (pip install -e .[bench]).")

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import zmq
 
@@ -125,6 +126,31 @@ class HostWeights:
             return None
         version, self.pending = self.pending, None
         return version, (self.host.numpy() if self.gpu else publishable(self.flat))
+
+
+def parameter_count(algo) -> int | None:
+    """The number of parameters algo.build_model() makes, counted on the meta device (no
+    memory, no random numbers drawn); None where the model cannot be built there."""
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            return sum(p.numel() for p in algo.build_model().parameters())
+    except Exception:  # noqa: BLE001 - an init that meta tensors cannot run: the real build decides
+        return None
+
+
+def check_training_fits(algo, device: torch.device) -> None:
+    """Raises MemoryError when the model's float32 weights, gradients and the optimiser's two
+    moments would not fit in the device's free memory. The specs come from a peer's hello:
+    an observation shape can ask for terabytes of weights, and where the OS overcommits
+    memory, allocating them does not fail at once but initialises them for minutes."""
+    n = parameter_count(algo)
+    if n is None:
+        return
+    need = 16 * n
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else psutil.virtual_memory().available
+    if need > free:
+        raise MemoryError(f"its {n:,} parameters need about {need / 2**30:,.1f} GiB for training (float32 weights, "
+                          f"gradients and the optimiser's two moments), and {device} has {free / 2**30:,.1f} GiB free")
 
 
 def _zero_nonfinite_grads(params: list[torch.Tensor], grad_norm: torch.Tensor) -> torch.Tensor:
@@ -312,6 +338,7 @@ class Learner:
         """Builds model, optimiser and algorithm for the agreed specs (once)."""
         torch.manual_seed(self.config.run.seed)
         algo = self.algo_cls(self.config, obs_spec, action_spec)
+        check_training_fits(algo, self.device)
         model = algo.build_model().to(self.device)
         self.flat = flatten_parameters(model)  # publishing reads this buffer
         self.host_weights = HostWeights(self.flat)

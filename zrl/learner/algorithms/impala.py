@@ -258,10 +258,10 @@ class Impala(Algorithm):
         arrays = [m.arrays for m in msgs]
         batch = {}
         for name in ("obs", "action", "reward", "terminated", "truncated", "behaviour_logp"):
-            batch[name] = np.concatenate([a[name] for a in arrays], axis=1)
+            batch[name] = _join([a[name] for a in arrays], 1, device)
         for name in ("core_h0", "core_c0"):
             if name in arrays[0]:
-                batch[name] = np.concatenate([a[name] for a in arrays], axis=0)
+                batch[name] = _join([a[name] for a in arrays], 0, device)
         T1, B = batch["obs"].shape[:2]
         # final_index is t * K + k within its chunk; in the batch it is t * B + (column offset + k).
         idx, fobs, col = [], [], 0
@@ -272,9 +272,10 @@ class Impala(Algorithm):
                 idx.append((fi // K) * B + col + fi % K)
                 fobs.append(a["final_obs"])
             col += K
-        batch["final_index"] = np.concatenate(idx) if idx else np.zeros(0, np.int64)
-        batch["final_obs"] = np.concatenate(fobs) if fobs else np.zeros((0, *batch["obs"].shape[2:]), batch["obs"].dtype)
-        return {k: _to_device(v, device) for k, v in batch.items()}
+        batch["final_index"] = _to_device(np.concatenate(idx) if idx else np.zeros(0, np.int64), device)
+        obs_dtype = arrays[0]["obs"].dtype
+        batch["final_obs"] = _to_device(np.concatenate(fobs) if fobs else np.zeros((0, *batch["obs"].shape[2:]), obs_dtype), device)
+        return batch
 
     def loss(self, model: ActorCritic, batch: dict[str, torch.Tensor]):
         hp = self.hp
@@ -361,6 +362,26 @@ def vtrace_on_host(log_rhos, discounts, rewards, values, bootstrap, hp: ImpalaCo
     if device.type != "cpu":
         return type(vt)(*(x.pin_memory().to(device, non_blocking=True) for x in vt))
     return vt
+
+
+def _join(parts: list[np.ndarray], axis: int, device: torch.device) -> torch.Tensor:
+    """The chunks' arrays joined along axis into one tensor on device. For a GPU they are
+    written straight into pinned memory (one host copy, where joining and then pinning made
+    two: a Pong batch of 32 columns is 19 MB) and sent without waiting for the copy. (On a
+    CPU, numpy's own join measured faster than one into a new tensor: 1.30 ms against 1.44
+    for that batch.)"""
+    if device.type == "cpu":
+        return torch.from_numpy(np.concatenate(parts, axis=axis))
+    shape = list(parts[0].shape)
+    shape[axis] = sum(p.shape[axis] for p in parts)
+    dtype = torch.from_numpy(np.empty(0, parts[0].dtype)).dtype  # (the parts are read-only views of frames)
+    return join_into(parts, axis, torch.empty(shape, dtype=dtype, pin_memory=True)).to(device, non_blocking=True)
+
+
+def join_into(parts: list[np.ndarray], axis: int, out: torch.Tensor) -> torch.Tensor:
+    """Writes the parts, joined along axis, into the host tensor out; returns out."""
+    np.concatenate(parts, axis=axis, out=out.numpy())
+    return out
 
 
 def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
