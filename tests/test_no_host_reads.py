@@ -148,15 +148,30 @@ PONG_SMALL = ["actor.num_envs=4", "actor.env_groups=1", "actor.env_batching=grou
               "learner.batch_size=4", "run.num_actors=1", "run.max_seconds=null"]
 
 
-def _watch(cfg, make_learner, make_actor, updates: int) -> tuple[HostReads, int]:
-    """Trains cfg's learner, its loop watched, for `updates` updates: (the watcher, updates done)."""
-    mode = HostReads()
-    learner, runner = make_learner(cfg, around=mode.watching)
+def _watch(cfg, make_learner, make_actor, updates: int, watcher=None):
+    """Trains cfg's learner, its loop watched (by a HostReads unless watcher says otherwise),
+    for `updates` updates: (the watcher, updates done)."""
+    watcher = watcher if watcher is not None else HostReads()
+    learner, runner = make_learner(cfg, around=watcher.watching)
     make_actor(cfg)
     wait_for(lambda: learner.updates >= updates or not runner.thread.is_alive(), 90, f"{updates} updates")
     learner.request_stop()
     runner.join(30)
-    return mode, learner.updates
+    return watcher, learner.updates
+
+
+def _plant_in_loss(monkeypatch, call) -> list:
+    """Makes IMPALA's loss also run call(loss, batch); returns the list of what each call gave."""
+    real_loss = impala.Impala.loss
+    planted = []
+
+    def loss_with_plant(self, model, batch):
+        loss, stats = real_loss(self, model, batch)
+        planted.append(call(loss, batch))
+        return loss, stats
+
+    monkeypatch.setattr(impala.Impala, "loss", loss_with_plant)
+    return planted
 
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))]
@@ -198,18 +213,9 @@ def test_a_read_in_the_loss_is_caught(plant, make_learner, make_actor, monkeypat
     # The watcher is not vacuous: a loss that reads a value back (a sync per update on a
     # GPU) is reported, once per update, with the line that did it; one that moves or
     # indexes on the device is not.
-    cfg = _configs("cpu")["impala"]
-    real_loss = impala.Impala.loss
     call, read = PLANTS[plant]
-    planted = []
-
-    def loss_that_reads(self, model, batch):
-        loss, stats = real_loss(self, model, batch)
-        planted.append(call(loss, batch))
-        return loss, stats
-
-    monkeypatch.setattr(impala.Impala, "loss", loss_that_reads)
-    mode, _ = _watch(cfg, make_learner, make_actor, 5)
+    planted = _plant_in_loss(monkeypatch, call)
+    mode, _ = _watch(_configs("cpu")["impala"], make_learner, make_actor, 5)
     assert len(planted) >= 5
     if read is None:
         assert mode.reads == [], mode.reads
@@ -268,16 +274,6 @@ class DeviceSyncs:
                 torch.cuda.set_sync_debug_mode("default")
 
 
-def _watch_syncs(cfg, make_learner, make_actor, updates: int) -> tuple[DeviceSyncs, int]:
-    syncs = DeviceSyncs()
-    learner, runner = make_learner(cfg, around=syncs.watching)
-    make_actor(cfg)
-    wait_for(lambda: learner.updates >= updates or not runner.thread.is_alive(), 90, f"{updates} updates")
-    learner.request_stop()
-    runner.join(30)
-    return syncs, learner.updates
-
-
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -285,7 +281,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "apex", "pong", "pong-deep-lstm"])
 def test_the_gpu_update_loop_makes_no_synchronising_call(name, make_learner, make_actor):
     cfg = _configs("cuda")[name]
-    syncs, updates = _watch_syncs(cfg, make_learner, make_actor, 20)
+    syncs, updates = _watch(cfg, make_learner, make_actor, 20, DeviceSyncs())
     print(f"\n{name}: {updates} updates, {syncs.at_transfers} synchronising calls at the transfer points")
     assert updates >= 20
     assert syncs.reads == [], "synchronising CUDA calls in the update loop:\n" + "\n".join(sorted(set(syncs.reads)))
@@ -293,27 +289,18 @@ def test_the_gpu_update_loop_makes_no_synchronising_call(name, make_learner, mak
 
 # A loss that synchronises: (the call, whether PyTorch's sync debug mode must report it).
 SYNC_PLANTS = {
-    "item": (lambda loss: loss.detach().item(), True),
-    "pageable-copy-in": (lambda loss: torch.ones(3).to(loss.device), True),  # invisible to HostReads
-    "pinned-copy-in": (lambda loss: torch.ones(3).pin_memory().to(loss.device, non_blocking=True), False),
+    "item": (lambda loss, batch: loss.detach().item(), True),
+    "pageable-copy-in": (lambda loss, batch: torch.ones(3).to(loss.device), True),  # invisible to HostReads
+    "pinned-copy-in": (lambda loss, batch: torch.ones(3).pin_memory().to(loss.device, non_blocking=True), False),
 }
 
 
 @needs_cuda
 @pytest.mark.parametrize("plant", sorted(SYNC_PLANTS))
 def test_a_sync_in_the_gpu_loss_is_caught(plant, make_learner, make_actor, monkeypatch):
-    cfg = _configs("cuda")["impala"]
-    real_loss = impala.Impala.loss
     call, caught = SYNC_PLANTS[plant]
-    planted = []
-
-    def loss_that_syncs(self, model, batch):
-        loss, stats = real_loss(self, model, batch)
-        planted.append(call(loss))
-        return loss, stats
-
-    monkeypatch.setattr(impala.Impala, "loss", loss_that_syncs)
-    syncs, _ = _watch_syncs(cfg, make_learner, make_actor, 5)
+    planted = _plant_in_loss(monkeypatch, call)
+    syncs, _ = _watch(_configs("cuda")["impala"], make_learner, make_actor, 5, DeviceSyncs())
     assert len(planted) >= 5
     if caught:
         assert len(syncs.reads) == len(planted), syncs.reads
