@@ -4,7 +4,8 @@
 #      (TorchFunctionMode) and its synchronising calls (PyTorch's sync debug mode), the bench's
 #      GPU timing;
 #   2. the learner's update on the GPU against a plain PyTorch loop (zrl bench pipeline's
-#      learner_overhead), CartPole and Pong (shallow and deep nets, 8 and 32 columns);
+#      learner_overhead), CartPole and Pong (shallow and deep nets, 8 and 32 columns), with
+#      batches joined in line and on a prefetch thread (learner.prefetch_batches 2);
 #   3. `zrl run` on Pong for a while, the learner on the GPU;
 #   4. the whole pytest suite, with the GPU there, for the time that is left.
 #
@@ -51,8 +52,10 @@ for name, ov in cases:
     cfg = _config(name, ov)
     row = []
     for from_host in (False, True):
-        z, p = learner_overhead(name, cfg, 200, "cuda", from_host)
-        row.append(f"{'plain from pinned host' if from_host else 'plain on GPU'} {p * 1e3:.2f} zrl {z * 1e3:.2f} ratio {z / p:.3f}")
+        for prefetch in (0, 2):
+            z, p = learner_overhead(name, cfg, 200, "cuda", from_host, prefetch)
+            row.append(f"{'plain from pinned host' if from_host else 'plain on GPU'} {p * 1e3:.2f} "
+                       f"zrl (prefetch {prefetch}) {z * 1e3:.2f} ratio {z / p:.3f}")
     print(f"{name} {cfg.model.network} batch {cfg.learner.batch_size}: " + " | ".join(row), flush=True)
 EOF
 

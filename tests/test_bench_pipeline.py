@@ -54,13 +54,23 @@ def test_learner_overhead_times_both_paths_on_batches_of_whole_chunks(name, over
     assert 0 < plain_s and 0 < zrl_s
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("from_host", [False, True])
-def test_learner_overhead_on_a_gpu(from_host):
+def test_learner_overhead_with_prefetch_stops_its_thread():
+    import threading
+
     from zrl.bench.pipeline import _config, learner_overhead
 
-    zrl_s, plain_s = learner_overhead("Pong", _config("Pong", ["learner.batch_size=8", "actor.env_groups=3"]), 20, "cuda", from_host)
+    zrl_s, plain_s = learner_overhead("CartPole", _config("CartPole", ["learner.batch_size=64"]), 3, prefetch=2)
+    assert 0 < plain_s and 0 < zrl_s
+    assert not [t for t in threading.enumerate() if t.name == "zrl-prefetch"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("from_host, prefetch", [(False, 0), (True, 0), (False, 2)])
+def test_learner_overhead_on_a_gpu(from_host, prefetch):
+    from zrl.bench.pipeline import _config, learner_overhead
+
+    zrl_s, plain_s = learner_overhead("Pong", _config("Pong", ["learner.batch_size=8", "actor.env_groups=3"]), 20, "cuda", from_host, prefetch)
     assert 0 < plain_s and 0 < zrl_s
 
 

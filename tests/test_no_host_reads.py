@@ -136,6 +136,7 @@ def _configs(device: str):
         "impala": small_config(*lead),
         "impala-lstm": small_config(*lead, "model.lstm_size=16"),
         "impala-bf16": small_config(*lead, "learner.precision=bf16"),
+        "impala-prefetch": small_config(*lead, "learner.prefetch_batches=2"),  # batches made on another thread
         "apex": apex_config(*lead, "algo.target_update_interval=5"),
         # The CNNs on real Pong frames (uint8 to float on the learner's device), kept small.
         "pong": load_config(PONG_CONFIG, [*lead, *PONG_SMALL]),
@@ -178,7 +179,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "apex", "pong", "pong-deep-lstm"])
+@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "impala-prefetch", "apex", "pong", "pong-deep-lstm"])
 def test_the_update_loop_reads_nothing_back(name, device, make_learner, make_actor, monkeypatch):
     cfg = _configs(device)[name]
     calls = {"vtrace": 0}
@@ -278,7 +279,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 @needs_cuda
-@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "apex", "pong", "pong-deep-lstm"])
+@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "impala-prefetch", "apex", "pong", "pong-deep-lstm"])
 def test_the_gpu_update_loop_makes_no_synchronising_call(name, make_learner, make_actor):
     cfg = _configs("cuda")[name]
     syncs, updates = _watch(cfg, make_learner, make_actor, 20, DeviceSyncs())

@@ -367,6 +367,11 @@ class LearnerConfig:
     """Received chunks buffered before the receiver stops reading (back-pressure)."""
     pull_hwm: int = 2
     """High-water mark of the trajectory PULL socket, in messages."""
+    prefetch_batches: int = 0
+    """0: the training loop joins each batch itself, between updates. N >= 1: a thread of
+    its own joins batches (and starts their copies to the GPU) up to N ahead, beside the
+    updates: meant for a GPU learner with cores to spare (on-policy algorithms; a replay
+    learner samples in line). Each batch held ahead adds to the policy lag."""
     device: str = "auto"
     """auto (cuda if available), cpu or cuda[:N]."""
     torch_threads: int = 1
@@ -411,6 +416,7 @@ class LearnerConfig:
         _check(self.publish_interval >= 1, "learner.publish_interval", "must be >= 1")
         _check(self.queue_size >= 1, "learner.queue_size", "must be >= 1")
         _check(self.pull_hwm >= 1, "learner.pull_hwm", "must be >= 1")
+        _check(0 <= self.prefetch_batches <= 8, "learner.prefetch_batches", "must be in [0, 8]")
         _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "learner.device", f"must be auto, cpu or cuda[:N], not {self.device!r}")
         _check(self.torch_threads >= 1, "learner.torch_threads", "must be >= 1")
         _check(self.precision in ("fp32", "bf16", "auto"), "learner.precision", "must be fp32, bf16 or auto")

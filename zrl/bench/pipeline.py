@@ -147,7 +147,7 @@ def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
         return json.loads((Path(d) / "learner_final.json").read_text())["perf"]
 
 
-def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_host: bool = False) -> tuple[float, float]:
+def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_host: bool = False, prefetch: int = 0) -> tuple[float, float]:
     """Seconds per update: zrl's path from wire messages, and a plain loop on in-memory tensors.
 
     device "cuda": both models on the GPU. The plain loop's batch is then on the GPU already,
@@ -155,7 +155,10 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     a DataLoader with pin_memory would hand it. zrl publishes as its learner does there
     (HostWeights: a copy queued behind the update, picked up once it has landed). Steps are
     timed in blocks of 10 with one synchronize at the end of each, so that the CPU's work for
-    one step overlaps the GPU's for the one before, as in a training loop."""
+    one step overlaps the GPU's for the one before, as in a training loop.
+
+    prefetch N: zrl's batches are checked and joined on a Prefetcher's thread, up to N ahead,
+    as the learner does with learner.prefetch_batches N."""
     import torch
 
     from zrl import wire
@@ -163,6 +166,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     from zrl.learner import algorithms
     from zrl.learner.algorithms.base import Sender
     from zrl.learner.learner import DATA_KINDS, HostWeights, update_step
+    from zrl.learner.prefetch import Prefetcher
     from zrl.models import flatten_parameters
 
     torch.set_num_threads(cfg.learner.torch_threads)
@@ -220,9 +224,14 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
 
     params2 = list(m2.parameters())
 
+    def make_batch(stop=None):
+        return algo.collate([gate.check(f)[0] for f in frames], device)
+
+    prefetcher = Prefetcher(make_batch, prefetch) if prefetch else None
+
     def zrl_step():
         nonlocal version
-        batch = algo.collate([gate.check(f)[0] for f in frames], device)
+        batch = make_batch() if prefetcher is None else prefetcher.get(60)
         update_step(algo, m2, o2, params2, batch, cfg.learner.max_grad_norm)  # the learner's own step
         version += 1
         host_weights.start(version)  # publishing, every update here
@@ -240,12 +249,16 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
             torch.cuda.synchronize(device)
         return (time.perf_counter() - t0) / block
 
-    for f in (plain_step, zrl_step):
-        timed(f)
-    zrl_t, plain_t = [], []
-    for _ in range(max(1, updates // block)):  # alternate, so noise hits both alike
-        plain_t.append(timed(plain_step))
-        zrl_t.append(timed(zrl_step))
+    try:
+        for f in (plain_step, zrl_step):
+            timed(f)
+        zrl_t, plain_t = [], []
+        for _ in range(max(1, updates // block)):  # alternate, so noise hits both alike
+            plain_t.append(timed(plain_step))
+            zrl_t.append(timed(zrl_step))
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
     return float(np.median(zrl_t)), float(np.median(plain_t))
 
 
@@ -320,9 +333,10 @@ def run(opts: BenchOptions) -> BenchResult:
         z, p = learner_overhead(name, cfg, updates)
         result.add(measurement="learner update (ms)", env=name, n=cfg.learner.batch_size, zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
         if cuda:
-            for from_host in (False, True):
-                z, p = learner_overhead(name, cfg, max(updates, 100), device="cuda", from_host=from_host)
+            for from_host, prefetch in ((False, 0), (True, 0), (False, 2)):
+                z, p = learner_overhead(name, cfg, max(updates, 100), device="cuda", from_host=from_host, prefetch=prefetch)
                 what = "plain loop copies its batch from pinned memory" if from_host else "plain loop's batch on the GPU"
+                what += ", zrl's batches on a prefetch thread" if prefetch else ""
                 result.add(measurement=f"learner update on cuda, {what} (ms)", env=name, n=cfg.learner.batch_size,
                            zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
     result.notes += [
@@ -344,7 +358,8 @@ def run(opts: BenchOptions) -> BenchResult:
         *(["learner update on cuda: the same on the GPU, both timed in blocks of 10 steps with one synchronize per block; "
            "zrl's batch goes to the GPU through pinned memory and its weights come back through HostWeights' pinned copy, "
            "as in its learner. The plain loop's batch is on the GPU already, or (second row) in pinned host memory, "
-           "copied with non_blocking=True each step."] if cuda else []),
+           "copied with non_blocking=True each step. Third row: zrl's batches checked and joined on a Prefetcher's thread, "
+           "up to 2 ahead (learner.prefetch_batches 2)."] if cuda else []),
     ]
     png = opts.out / "pipeline.png"
     result.notes.append(f"Plot: {png.name} (beside this table)" if plot(result.rows, png) else "matplotlib is not installed: no plot (pip install -e .[bench]).")

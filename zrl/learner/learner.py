@@ -42,6 +42,7 @@ from zrl import checkpoint, spaces, transport, wire
 from zrl.config import Config
 from zrl.learner import algorithms
 from zrl.learner.algorithms.base import resolve_precision
+from zrl.learner.prefetch import Prefetcher
 from zrl.metrics import MetricsWriter, Rate
 from zrl.models import flatten_parameters
 
@@ -655,6 +656,28 @@ class Learner:
             metrics.close()
 
     def _train(self, metrics: MetricsWriter, t_start: float, time_up) -> str:
+        prefetcher = None
+        if self.config.learner.prefetch_batches and not self.algo.uses_replay:
+            prefetcher = Prefetcher(self._make_batch, self.config.learner.prefetch_batches)
+        try:
+            return self._train_loop(metrics, t_start, time_up, prefetcher)
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
+
+    def _make_batch(self, stop: threading.Event):
+        """For the Prefetcher's thread: the next batch on the learner's device and its chunks'
+        policy versions, or None when stopping. It alone takes from the queue then."""
+        items = self._next_batch(stop.is_set, lambda: None)
+        if items is None:
+            return None
+        msgs = [m for m, _ in items]
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):  # (a thread starts on the current device, cuda:0)
+                return self.algo.collate(msgs, self.device), [m.policy_version for m in msgs]
+        return self.algo.collate(msgs, self.device), [m.policy_version for m in msgs]
+
+    def _train_loop(self, metrics: MetricsWriter, t_start: float, time_up, prefetcher: Prefetcher | None) -> str:
         lc = self.config.learner
         model, opt, algo = self.model, self.optimizer, self.algo
         params = list(model.parameters())
@@ -696,6 +719,15 @@ class Learner:
                         self.run_wait_s += time.perf_counter() - t_wait
                     continue
                 lag_versions = batch.pop("_policy_version", None)
+            elif prefetcher is not None:
+                got = prefetcher.get(0.05)
+                if got is None:
+                    idle()
+                    wait_s += time.perf_counter() - t_wait
+                    if self.run_first_batch_at is not None:
+                        self.run_wait_s += time.perf_counter() - t_wait
+                    continue
+                batch, lag_versions = got
             else:
                 items = self._next_batch(lambda: time_up() or (self.max_env_steps is not None and self.env_steps >= self.max_env_steps), idle)
                 if items is None:
