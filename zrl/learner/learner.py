@@ -22,6 +22,7 @@ when resuming, so the learner never builds an environment.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import math
@@ -672,10 +673,16 @@ class Learner:
         if items is None:
             return None
         msgs = [m for m, _ in items]
-        if self.device.type == "cuda":
-            with torch.cuda.device(self.device):  # (a thread starts on the current device, cuda:0)
-                return self.algo.collate(msgs, self.device), [m.policy_version for m in msgs]
-        return self.algo.collate(msgs, self.device), [m.policy_version for m in msgs]
+        # (A thread starts on the current device, cuda:0.)
+        with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
+            return self.algo.collate(msgs, self.device), [m.policy_version for m in msgs]
+
+    def _waited(self, t_wait: float) -> float:
+        """Seconds since t_wait, a wait for data that brought no batch; counted in the run's total."""
+        dt = time.perf_counter() - t_wait
+        if self.run_first_batch_at is not None:
+            self.run_wait_s += dt
+        return dt
 
     def _train_loop(self, metrics: MetricsWriter, t_start: float, time_up, prefetcher: Prefetcher | None) -> str:
         lc = self.config.learner
@@ -714,18 +721,14 @@ class Learner:
                 if batch is None:  # replay not warm yet: wait for the receiver to fill it
                     idle()
                     self._stop.wait(0.005)
-                    wait_s += time.perf_counter() - t_wait
-                    if self.run_first_batch_at is not None:
-                        self.run_wait_s += time.perf_counter() - t_wait
+                    wait_s += self._waited(t_wait)
                     continue
                 lag_versions = batch.pop("_policy_version", None)
             elif prefetcher is not None:
                 got = prefetcher.get(0.05)
                 if got is None:
                     idle()
-                    wait_s += time.perf_counter() - t_wait
-                    if self.run_first_batch_at is not None:
-                        self.run_wait_s += time.perf_counter() - t_wait
+                    wait_s += self._waited(t_wait)
                     continue
                 batch, lag_versions = got
             else:
