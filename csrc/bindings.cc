@@ -1045,13 +1045,14 @@ class ZmqNative {
 
   // [(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)] for up to
   // `max` messages; payload is bytes below copy_below, else a read-only memoryview.
-  py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below) const {
+  py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below,
+                 int wait_ms) const {
     // A burst of its own per call: one ZmqNative serves every gate (and thread) in the process.
     std::vector<zrl::Drained> burst;
     int err;
     {
       py::gil_scoped_release release;
-      err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst);
+      err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst, wait_ms);
     }
     const std::size_t n = burst.size();
     // Every message of the burst is closed on the way out, whatever happens below;
@@ -1118,6 +1119,7 @@ void bind_native(py::module_& m) {
                              "`socket` (pyzmq's Socket.underlying): a SendBuffer without a copy, anything else "
                              "copied.")
       .def("drain", &ZmqNative::drain, py::arg("socket"), py::arg("gate"), py::arg("max"), py::arg("copy_below"),
+           py::arg("wait_ms") = 0,
            "Up to `max` messages without waiting, each checked by `gate`: "
            "[(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)]. "
            "Any thread, but one per socket (and per gate), as ZeroMQ requires.");

@@ -53,6 +53,7 @@ const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, in
                   sym(handle, "zmq_msg_init_data", &api->msg_init_data) && sym(handle, "zmq_msg_send", &api->msg_send) && sym(handle, "zmq_msg_recv", &api->msg_recv) &&
                   sym(handle, "zmq_msg_data", &api->msg_data) && sym(handle, "zmq_msg_size", &api->msg_size) &&
                   sym(handle, "zmq_msg_close", &api->msg_close) && sym(handle, "zmq_msg_move", &api->msg_move) &&
+                  sym(handle, "zmq_setsockopt", &api->setsockopt) && sym(handle, "zmq_getsockopt", &api->getsockopt) &&
                   sym(handle, "zmq_errno", &api->errno_) && sym(handle, "zmq_strerror", &api->strerror);
   // The handle stays open either way: it only pins what pyzmq keeps loaded anyway.
   if (!ok) {
@@ -132,19 +133,30 @@ int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_
   return 0;
 }
 
-int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out) {
+int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out,
+          int wait_ms) {
   out->clear();
   out->reserve(max);
+  // The wait is a blocking recv under ZMQ_RCVTIMEO (set for it, then put back): where
+  // the queue is empty, libzmq then sleeps on its mailbox in one poll, where a
+  // zmq_poll before a non-blocking recv makes three to four system calls.
+  int saved_timeout = -1;
+  std::size_t len = sizeof saved_timeout;
+  const bool wait = wait_ms != 0 && max > 0 &&
+                    api.getsockopt(socket, kZmqRcvTimeo, &saved_timeout, &len) == 0 &&
+                    api.setsockopt(socket, kZmqRcvTimeo, &wait_ms, sizeof wait_ms) == 0;
   while (out->size() < max) {
     out->emplace_back();
     Drained& d = out->back();
     api.msg_init(&d.msg);
+    const int flags = wait && out->size() == 1 ? 0 : kZmqDontWait;
     int rc;
     int e = 0;
     do {  // (pyzmq retries an interrupted recv too)
-      rc = api.msg_recv(&d.msg, socket, kZmqDontWait);
+      rc = api.msg_recv(&d.msg, socket, flags);
       e = rc < 0 ? api.errno_() : 0;
     } while (rc < 0 && e == EINTR);
+    if (wait && out->size() == 1) api.setsockopt(socket, kZmqRcvTimeo, &saved_timeout, sizeof saved_timeout);
     if (rc < 0) {
       api.msg_close(&d.msg);
       out->pop_back();

@@ -40,6 +40,7 @@ struct alignas(sizeof(void*)) ZmqMsg {
 };
 
 inline constexpr int kZmqDontWait = 1;  // ZMQ_DONTWAIT
+inline constexpr int kZmqRcvTimeo = 27;  // ZMQ_RCVTIMEO
 
 struct ZmqApi {
   int (*send)(void* socket, const void* buf, std::size_t len, int flags) = nullptr;
@@ -51,6 +52,8 @@ struct ZmqApi {
   std::size_t (*msg_size)(const ZmqMsg*) = nullptr;
   int (*msg_close)(ZmqMsg*) = nullptr;
   int (*msg_move)(ZmqMsg* dest, ZmqMsg* src) = nullptr;
+  int (*setsockopt)(void* socket, int option, const void* value, std::size_t len) = nullptr;
+  int (*getsockopt)(void* socket, int option, void* value, std::size_t* len) = nullptr;
   int (*errno_)() = nullptr;
   const char* (*strerror)(int) = nullptr;
   std::string library;  // the file the functions were found in
@@ -93,14 +96,17 @@ inline int in_flight(const SendBlock& block) { return block.refs.load(std::memor
 // in_flight() > 0. Call a blocking send without the GIL.
 int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_t n, int flags);
 
-// Receives up to `max` messages from `socket` without waiting, checking each with
-// `gate`, into *out (cleared first; each message is open and the caller closes it).
-// Stops early at an empty queue (EAGAIN); any other error stops it too and is
-// returned as zmq_errno() (0 if none). Call without the GIL.
+// Receives up to `max` messages from `socket`, checking each with `gate`, into *out
+// (cleared first; each message is open and the caller closes it). The first waits
+// up to wait_ms (0: not at all, -1: for ever) in a blocking zmq_msg_recv, the rest
+// not at all. Stops early at an empty queue (EAGAIN, or the wait timing out); any
+// other error stops it too and is returned as zmq_errno() (0 if none). Call
+// without the GIL.
 struct Drained {
   ZmqMsg msg;
   GateResult gate;
 };
-int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out);
+int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out,
+          int wait_ms = 0);
 
 }  // namespace zrl

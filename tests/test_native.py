@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import threading
 import time
 import weakref
 from types import SimpleNamespace
@@ -60,8 +61,9 @@ def native_pusher(sock) -> transport.Pusher:
 def drain_all(gate: wire.Gate, pull, n: int) -> list:
     out: list = []
     while len(out) < n:
-        assert pull.poll(5000), f"only {len(out)} of {n} messages arrived"
-        out += gate.drain(pull, 64)
+        burst = gate.drain(pull, 64, 5000)  # waits for a burst's first message, as the learner does
+        assert burst, f"only {len(out)} of {n} messages arrived"
+        out += burst
     return out
 
 
@@ -177,6 +179,45 @@ def test_drain_rejects_what_check_rejects(pair):
     got = [summary(c) for c in drain_all(fast, pull, len(frames))]
     assert got == [outcome(slow, f) for f in frames]
     assert sum(g[0] == "rejected" for g in got) > 200 and sum(g[0] == "ok" for g in got) > 100
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_drain_waits_for_the_first_message_only(pair, request, native):
+    """wait_ms: the first message is waited for (with the C++ path, a blocking receive under
+    ZMQ_RCVTIMEO, which is put back after), the rest of the burst is not."""
+    if not native:
+        request.getfixturevalue("native_off")
+    push, pull = pair
+    cfg = small_config()
+    gate = impala_gate(True, cfg)
+    assert (gate._native is not None) == native
+    pull.setsockopt(zmq.RCVTIMEO, 1234)
+    t0 = time.monotonic()
+    assert gate.drain(pull, 64, 30) == []  # nothing comes: back after the wait, empty
+    assert time.monotonic() - t0 >= 0.025
+    assert pull.getsockopt(zmq.RCVTIMEO) == 1234
+    assert gate.drain(pull, 0, 30) == [] and gate.drain(pull, 64) == []
+
+    frames = [bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, s, 1), sender_id=s, seq=s)) for s in range(3)]
+    got: list = []
+
+    def send_later():
+        for f in frames:
+            push.send(f)
+
+    sender = threading.Thread(target=send_later)
+    sender.start()  # whether the frames come before the drain starts or while it waits, it gets them
+    while len(got) < len(frames):
+        burst = gate.drain(pull, 64, 10_000)
+        assert burst, f"nothing within 10 s after {len(got)} of {len(frames)}"
+        got += burst
+    sender.join()
+    assert [(c[0].sender_id, c[0].seq) for c in got] == [(s, s) for s in range(3)]
+    assert pull.getsockopt(zmq.RCVTIMEO) == 1234
+    pull.setsockopt(zmq.RCVTIMEO, -1)
+    push.send(frames[0])
+    assert len(gate.drain(pull, 64, -1)) == 1  # -1: for ever, and a message is there
+    assert pull.getsockopt(zmq.RCVTIMEO) == -1
 
 
 def test_a_layout_that_takes_over_a_slot_mid_burst(pair):

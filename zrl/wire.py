@@ -706,13 +706,17 @@ class Gate:
             self._register(buf, msg, bindings)
         return msg, bindings
 
-    def drain(self, sock, max_msgs: int) -> list:
-        """Up to max_msgs messages from a pyzmq socket, without waiting, each checked:
-        a list of (message, bindings) or of the WireError that rejected it."""
+    def drain(self, sock, max_msgs: int, wait_ms: int = 0) -> list:
+        """Up to max_msgs messages from a pyzmq socket, each checked: a list of
+        (message, bindings) or of the WireError that rejected it. The first message is
+        waited for up to wait_ms (0: not at all; -1: for ever), the rest not at all;
+        an empty list when none came."""
         native = self._native
         if native is None:
             import zmq
 
+            if wait_ms and not sock.poll(None if wait_ms < 0 else wait_ms, zmq.POLLIN):
+                return []
             frames = []
             for _ in range(max_msgs):
                 try:
@@ -721,7 +725,7 @@ class Gate:
                     break
             return [self._checked(f) for f in frames]
         try:
-            burst = native.drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW)
+            burst = native.drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW, wait_ms)
         except OSError as e:  # as pyzmq's recv would raise it
             from zrl.transport import zmq_error
 

@@ -8,8 +8,10 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/gate_frame.h"
@@ -133,6 +135,41 @@ TEST_F(ZmqNativeIo, ADrainStopsAtItsMaximumAndSendsReportErrors) {
   zmq_close(lonely);
   // A PULL socket cannot send: the errno comes back.
   EXPECT_EQ(zrl::send(*api, p.pull, f.bytes.data(), Frame::kEnd, zrl::kZmqDontWait), ENOTSUP);
+}
+
+TEST_F(ZmqNativeIo, ADrainWaitsForItsFirstMessageOnlyAndPutsTheTimeoutBack) {
+  int timeout = 1234;
+  ASSERT_EQ(zmq_setsockopt(p.pull, ZMQ_RCVTIMEO, &timeout, sizeof timeout), 0);
+  auto rcvtimeo = [&] {
+    int v = 0;
+    std::size_t len = sizeof v;
+    EXPECT_EQ(zmq_getsockopt(p.pull, ZMQ_RCVTIMEO, &v, &len), 0);
+    return v;
+  };
+  std::vector<zrl::Drained> out;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 20), 0);  // nothing comes: the wait ends it, no error
+  EXPECT_TRUE(out.empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(15));
+  EXPECT_EQ(rcvtimeo(), 1234);
+
+  // A sender on another thread: whether its messages come before the wait or during it,
+  // the drain returns the first and whatever followed it without waiting again.
+  std::thread sender([&] {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
+  });
+  std::size_t got = 0;
+  while (got < 3) {
+    ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000), 0);
+    ASSERT_FALSE(out.empty()) << "nothing within 10 s after " << got;
+    got += out.size();
+    for (auto& d : out) api->msg_close(&d.msg);
+  }
+  sender.join();
+  EXPECT_EQ(got, 3u);
+  EXPECT_EQ(rcvtimeo(), 1234);
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 0, &out, -1), 0);  // max 0: no wait at all, even "for ever"
+  EXPECT_TRUE(out.empty());
 }
 
 TEST_F(ZmqNativeIo, AZeroCopySendHoldsItsBlockUntilLibzmqLetsGo) {

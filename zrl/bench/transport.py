@@ -23,9 +23,10 @@ the learner's cap, one I/O thread per context.
   `wire.Gate` with its allowed kinds (TRAJECTORY, STATS), cap
   (`learner.max_message_bytes`), the real `Impala.trajectory_schema(batch_size)`
   and Impala's value checks (action and final_index ranges), draining bursts of
-  up to 64 with `Gate.drain`: with `transport.native()`, C++ takes the burst
-  from libzmq and the FrameGate checks each frame of a known layout, without
-  the GIL; the first frame of a layout takes the Python path (decode, schema,
+  up to 64 with `Gate.drain`: with `transport.native()`, C++ waits for the
+  burst's first message in a blocking receive (as the learner's receiver does),
+  takes the burst from libzmq and the FrameGate checks each frame of a known
+  layout, without the GIL; the first frame of a layout takes the Python path (decode, schema,
   check_values) and registers it. The arrays' numpy views are made later, by
   `collate` on the trainer thread, as in the learner.
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
@@ -186,16 +187,17 @@ def _receiver_main(conn) -> None:
             return perf() - t0
         # What the learner's receiver runs: bursts of up to 64 through its wire.Gate.
         sock, drain = state["socks"][mode], state["gate"].drain
-        sock.poll(int(REPLY_TIMEOUT_S * 1000))
-        first = drain(sock, 1)
+        wait_ms = int(REPLY_TIMEOUT_S * 1000)
+        first = drain(sock, 1, wait_ms)
         if len(first) != 1 or isinstance(first[0], Exception) or first[0][0].nbytes != state["frame_bytes"]:
             raise RuntimeError(f"zrl frame not accepted or of the wrong size: {first}")
         t0 = perf()
         got, rejected = 1, 0
         while got < n:
-            if not sock.poll(int(REPLY_TIMEOUT_S * 1000)):
+            burst = drain(sock, min(64, n - got), wait_ms)
+            if not burst:
                 raise RuntimeError(f"no message for {REPLY_TIMEOUT_S:.0f}s after {got} of {n}")
-            for checked in drain(sock, min(64, n - got)):
+            for checked in burst:
                 got += 1
                 rejected += isinstance(checked, Exception)
         dt = perf() - t0
@@ -395,8 +397,9 @@ def run(opts: BenchOptions) -> BenchResult:
     result.extra["native"] = native_note
     senders = ("one C++ call (header stamp + zmq_send): copied below 64 KiB, zero-copy from a C++-owned SendBuffer above"
                if native_used else "OutMessage.finish + pyzmq send(copy=False) (C++ path unavailable: " + native_note + ")")
-    receivers = ("C++ takes each burst from libzmq and runs the FrameGate on known layouts without the GIL "
-                 f"({native_note})" if native_used else "pyzmq recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
+    receivers = ("C++ waits for each burst's first message in a blocking receive, takes the burst from libzmq and "
+                 f"runs the FrameGate on known layouts, without the GIL ({native_note})" if native_used
+                 else "pyzmq poll, recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
     steps = min(samples.items(), key=lambda kv: kv[1]["zrl_env_steps_per_s"])
     result.notes += [
         f"Target: ratio (zrl msg/s / raw msg/s) >= {TARGET_RATIO}. Medians of {rounds} windows of ~{window_s} s per side, "
