@@ -75,38 +75,39 @@ observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
 **Over tcp every row is at about 0.9 or above; over ipc the 23 KB row is
-not (0.80-0.90).** Six runs on 11-26 (an AMD EPYC with AVX-512, Zen 4,
-nothing else running), after the day's two changes below; tcp / ipc:
-- 2 KB: 0.90-0.99 / 0.78-1.16.
-- 23 KB: 0.89-0.96 / 0.80-0.90.
-- Atari: 0.90-1.26 / 0.82-0.95.
+not (0.82-0.86).** Seven runs on 11-26 (an AMD EPYC with AVX-512, Zen 4,
+nothing else running), after the learner's receiver began waiting inside
+`Gate.drain` (below); tcp / ipc:
+- 2 KB: 0.84-1.00 / 0.82-1.09.
+- 23 KB: 0.91-1.00 / 0.82-0.86.
+- Atari: 0.78-1.41 / 0.89-1.07.
 
 The table is the last of them. Across the runs since 11-24 every row has at
-some point landed above 0.9 and at some point below it: single runs move by
-±0.15 on these shared cores, so only the ranges mean much.
+some point landed above 0.9 and at some point below it (23 KB over ipc last
+reached 1.04 in a run on 11-24): single runs move by ±0.15 on these shared
+cores, so only the ranges mean much.
 
-The day's changes: the IMPALA recorder writes the next chunk into the frame
-it has just sent when that went out copied (below 64 KiB), so a 2 KB chunk
-boundary costs the sender 1.4 µs in one process instead of 2.3 (raw's send
-0.8); and the learner's C++ FrameGate runs its bounds and finite-float loops
-as AVX2 clones where the CPU has AVX2 (the int64 action bounds were scalar
-code): checking a 23 KB chunk 1.25 -> 0.52 µs with the frame in cache. Four
-runs before the gate change gave 0.88-1.04 / 0.85-1.09 (2 KB), 0.86-0.96 /
-0.69-0.91 (23 KB) and 0.80-1.04 / 0.77-0.96 (Atari).
+The latest change: the receiver waited for data in a pyzmq poll and then
+drained without waiting; now it waits for a burst's first message inside
+the C++ drain, in a blocking receive. That is one `poll` system call per
+wake-up where the poll and the drain's last receive made three (counted
+with `perf stat`: 3.24 polls per 23 KB message, now 1.71, raw 1.14). In
+crossed runs (one receiver process, one sender) the 23 KB ipc receive went
+from 40k to 44k msg/s (raw 50k); in the bench the row went from 0.80 (two
+runs that morning) to 0.82-0.86. The learner's receiver does the same and
+looks at its control socket every 10 ms.
 
-What is left at 23 KB over ipc is on the receiving side: zrl's receiver
-process spends ~20 µs of CPU per message (its I/O thread included) against
-raw's ~15. Raw's never reads the payload; zrl's gate reads every float (no
-NaN or infinity) and every action (in range). In one process, from a deep
-queue (frames no longer in cache), zrl's receive costs 2.7 µs a message
-against raw's 0.6, the check alone 2.3 of it. Between the processes, with
-the value rules switched off (an experiment: the gate then checks header and
-descriptors only), zrl's receiver took ~18 µs: the checks' reading is ~2 µs
-of the ~5, and the rest the per-frame path that raw's bare `recv` does not
-have (the burst's tuples, a view and a `Message` per frame).
-Waiting and draining in one C++ call (zmq_poll and the burst without the GIL,
-saving ~2 µs of pyzmq per wake-up in process) did not move the ratio in A/B
-runs (ipc 23 KB: 41-44k msg/s either way, raw 49-54k) and was not kept.
+What is left at 23 KB over ipc is on the receiving side, per message:
+~2.5 µs more user time and ~3 µs more system time than raw's receiver, its
+I/O thread included. Raw's never reads the payload; zrl's gate reads every
+float (no NaN or infinity) and every action (in range): ~2 µs from a cold
+cache in one process. That reading also makes the receiver's I/O thread
+slower: its next copy into a buffer that the gate has read must first pull
+those cache lines back from the other core (`perf`: 40% more samples in the
+kernel's copy). The burst's Python and `Message` add 0.4-0.8 µs, and every
+burst ends with a receive that finds the queue empty, which costs a `getpid`
+and a `poll` inside libzmq and which raw never makes. Two drains that
+lingered for more messages instead were tried and did not pay (TRANSPORT.md).
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
