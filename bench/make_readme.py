@@ -153,10 +153,13 @@ step; weights encoded) against a plain PyTorch loop on the same batch
 already in tensors (target: at most 1.10).
 
 **Where it stands.** The table is from an AMD EPYC with AVX-512, VNNI and
-BF16 (Zen 4; 11-26, 12:41 UTC), with the shipped Pong config (24 envs, the
+BF16 (Zen 4; 11-26, 16:01 UTC, after the learner's receiver began waiting
+inside `Gate.drain`), with the shipped Pong config (24 envs, the
 policy acting on the first 8 ready, `actor.int8_torso: auto`):
-- **Pong actor -> sink: 0.885 of the raw env** (target 0.8), its five
-  bracketed runs 0.827-1.033. The same table an hour earlier, before zrl's
+- **Pong actor -> sink: 0.858 of the raw env** (target 0.8), its five
+  bracketed runs 0.839-0.877; the run before the receiver change (12:41)
+  gave 0.885 (runs 0.827-1.033), and its other rows were within a few per
+  cent of these. The same table two hours before that, before zrl's
   AVX-512 VNNI int8 kernel (the torso ran in oneDNN's VNNI kernels), gave
   0.784 (runs 0.771-0.806), and a sink-only re-run with the kernel 0.822 (runs
   0.807-0.856). With a core of its own for the policy (the row "emulator on 1
@@ -169,10 +172,10 @@ policy acting on the first 8 ready, `actor.int8_torso: auto`):
   ~105 there: the int8 CNN and Python) is taken from them, and the raw env's
   rate drifts by tens of percent within minutes. Each ratio is therefore a
   median of actor runs bracketed by raw runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.08 for
-  Pong and 1.07 for CartPole (target at most 1.10; 0.82-1.09 across tables).
+- Learner update against a plain PyTorch loop on the same batch: 1.05 for
+  Pong and 1.06 for CartPole (target at most 1.10; 0.82-1.09 across tables).
 - `zrl run` with 2 Pong actors: ~3,100 env steps/s here (~1,600-1,700 on the
-  AVX2 CPU), the learner waiting for data 9% of its time; CartPole's rows
+  AVX2 CPU), the learner waiting for data 12% of its time; CartPole's rows
   have no target.
 
 What moved the ratio and what did not (int8 CNN kernels, acting on the first

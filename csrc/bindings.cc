@@ -1044,7 +1044,8 @@ class ZmqNative {
   }
 
   // [(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)] for up to
-  // `max` messages; payload is bytes below copy_below, else a read-only memoryview.
+  // `max` messages, the first waited for up to wait_ms (zrl::drain); payload is bytes
+  // below copy_below, else a read-only memoryview.
   py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below,
                  int wait_ms) const {
     // A burst of its own per call: one ZmqNative serves every gate (and thread) in the process.
@@ -1120,7 +1121,8 @@ void bind_native(py::module_& m) {
                              "copied.")
       .def("drain", &ZmqNative::drain, py::arg("socket"), py::arg("gate"), py::arg("max"), py::arg("copy_below"),
            py::arg("wait_ms") = 0,
-           "Up to `max` messages without waiting, each checked by `gate`: "
+           "Up to `max` messages, each checked by `gate`, the first waited for up to `wait_ms` "
+           "(0: not at all, -1: for ever; a blocking receive without the GIL), the rest not at all: "
            "[(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)]. "
            "Any thread, but one per socket (and per gate), as ZeroMQ requires.");
 }

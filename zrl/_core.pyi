@@ -104,5 +104,5 @@ class ZmqNative:
     def send_frame(self) -> Callable[[int, Any, int, int, int, bool], int]:
         """send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno."""
     def drain(
-        self, socket: int, gate: FrameGate, max: int, copy_below: int
+        self, socket: int, gate: FrameGate, max: int, copy_below: int, wait_ms: int = 0
     ) -> list[tuple[int, int, int, int, int, int, bytes | memoryview]]: ...
