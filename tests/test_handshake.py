@@ -1,6 +1,7 @@
 """The handshake on the learner's control endpoint, and its errors."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -10,7 +11,7 @@ import zmq
 
 from zrl import spaces, wire
 from zrl.actors.actor import HelloError, hello_meta, say_hello
-from conftest import small_config, wait_for
+from conftest import good_trajectory, small_config, wait_for
 
 OBS = spaces.BoxSpec(shape=(4,), dtype="float32")
 ACT = spaces.DiscreteSpec(n=2)
@@ -54,6 +55,44 @@ def test_bad_hello_gets_an_error_the_actor_raises(ctx, endpoint, make_learner, c
     with pytest.raises(HelloError, match=match):
         say_hello(ctx, endpoint, meta_for(cfg, **change), timeout_s=10)
     assert learner.rejected["hello_refused"] == 1
+
+
+@pytest.mark.parametrize("sink", [True, False])
+def test_hellos_are_answered_while_trajectories_stream_in(ctx, endpoint, make_learner, sink):
+    """The receiver waits for data inside its drain and looks at the control socket every
+    CONTROL_EVERY_MS: a steady stream of trajectories must not keep a hello waiting, whether
+    the learner discards them (sink) or its queue fills up (training)."""
+    cfg = small_config()
+    learner, _ = make_learner(cfg, sink=sink)
+    first = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)  # agrees the specs
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.setsockopt(zmq.SNDTIMEO, 50)
+    push.connect(first.json()["trajectory_endpoint"])
+    frame = wire.encode(wire.Kind.TRAJECTORY, good_trajectory(cfg), sender_id=1)
+    stop = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            try:
+                push.send(frame, copy=False)
+            except zmq.Again:  # the learner's queue is full: ZeroMQ's back-pressure
+                pass
+
+    sender = threading.Thread(target=flood)
+    sender.start()
+    try:
+        wait_for(lambda: learner.env_steps > 0, 30, "trajectories to arrive")
+        for i in range(3):
+            steps = learner.env_steps
+            reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10, sender_id=2 + i)
+            assert reply is not None and reply.kind == wire.Kind.HELLO_REPLY
+            wait_for(lambda: learner.env_steps > steps, 30, "more trajectories after the hello")
+    finally:
+        stop.set()
+        sender.join()
+        push.close(0)
+    assert not learner.rejected, dict(learner.rejected)
 
 
 def test_an_actor_with_another_network_is_told_which_model_keys_differ(ctx, endpoint, make_learner):
