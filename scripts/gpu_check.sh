@@ -6,13 +6,14 @@
 #   2. the learner's update on the GPU against a plain PyTorch loop (zrl bench pipeline's
 #      learner_overhead), CartPole and Pong (shallow and deep nets, 8 and 32 columns), with
 #      batches joined in line and on a prefetch thread (learner.prefetch_batches 2);
-#   3. `zrl run` on Pong for a while, the learner on the GPU;
+#   3. `zrl run` on Pong for a while, the learner on the GPU, without and with prefetch;
 #   4. the whole pytest suite, with the GPU there, for the time that is left.
 #
 # Usage: bash scripts/gpu_check.sh [OUTDIR]     (logs go to OUTDIR, default gpu-check/)
 # Needs python3 with a CUDA build of torch and zrl's Python dependencies importable; builds
 # zrl._core in place (cmake + pybind11) when it does not import. GPU_CHECK_SECONDS (default
-# 420) bounds the whole run: the suite gets what the earlier steps leave.
+# 420) bounds the whole run: the suite gets what the earlier steps leave. GPU_CHECK_STEPS (default
+# "tests learner run suite") picks the steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-check}
@@ -20,7 +21,9 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_SECONDS:-420}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+STEPS=" ${GPU_CHECK_STEPS:-tests learner run suite} "
 step() { echo; echo "=== [${SECONDS}s] $*"; }
+want() { [[ $STEPS == *" $1 "* ]]; }
 
 step "machine"
 nvidia-smi -L
@@ -38,10 +41,13 @@ if ! $PY -c "import zrl._core" 2>/dev/null; then
   $PY -c "import zrl._core" || exit 1
 fi
 
+if want tests; then
 step "CUDA tests"
 timeout 300 $PY -m pytest -p no:cacheprovider -q -rA -s -k "cuda or gpu" \
   tests/test_host_weights.py tests/test_no_host_reads.py tests/test_bench_pipeline.py 2>&1 | tee "$OUT/cuda_tests.log"
+fi
 
+if want learner; then
 step "learner update on the GPU against a plain PyTorch loop (ms per update, medians)"
 timeout 240 $PY - <<'EOF' 2>&1 | tee "$OUT/learner_gpu.log"
 from zrl.bench.pipeline import _config, learner_overhead
@@ -58,20 +64,23 @@ for name, ov in cases:
                        f"zrl (prefetch {prefetch}) {z * 1e3:.2f} ratio {z / p:.3f}")
     print(f"{name} {cfg.model.network} batch {cfg.learner.batch_size}: " + " | ".join(row), flush=True)
 EOF
+fi
 
-step "zrl run on Pong, 4 actors, 60 s, the learner on the GPU"
-run_dir=$(mktemp -d)
-timeout 150 $PY -m zrl run --config configs/pong_impala.yaml --actors 4 --max-seconds 60 --stop-at-return 1e9 \
-  --logdir "$run_dir" -o learner.checkpoint_interval_s=1e6 >"$OUT/zrl_run.log" 2>&1
-echo "exit $?"; grep -E "device|error|Error|Traceback" "$OUT/zrl_run.log" | head -5; tail -8 "$OUT/zrl_run.log"
-$PY -c "import json, sys; print(json.load(open(sys.argv[1]))['perf'])" "$run_dir/learner_final.json"
-rm -rf "$run_dir"
+want run && for pf in 0 2; do
+  step "zrl run on Pong, 8 actors, 40 s, the learner on the GPU, learner.prefetch_batches $pf"
+  run_dir=$(mktemp -d)
+  timeout 120 $PY -m zrl run --config configs/pong_impala.yaml --actors 8 --max-seconds 40 --stop-at-return 1e9 \
+    --logdir "$run_dir" -o learner.checkpoint_interval_s=1e6 -o learner.prefetch_batches=$pf >"$OUT/zrl_run_pf$pf.log" 2>&1
+  echo "exit $?"; grep -E "device|error|Error|Traceback" "$OUT/zrl_run_pf$pf.log" | head -5; tail -6 "$OUT/zrl_run_pf$pf.log"
+  $PY -c "import json, sys; print(json.load(open(sys.argv[1]))['perf'])" "$run_dir/learner_final.json"
+  rm -rf "$run_dir"
+done
 
 left=$((BUDGET - SECONDS - 10))
-step "the whole suite, ${left}s at most"
-if [ "$left" -gt 30 ]; then
-  xdist=(); $PY -c "import xdist" 2>/dev/null && xdist=(-n 8)
-  timeout "$left" $PY -m pytest -p no:cacheprovider -q -rfE "${xdist[@]}" >"$OUT/suite.log" 2>&1
-  echo "exit $? (124: out of time)"; tail -40 "$OUT/suite.log"
+if want suite && [ "$left" -gt 30 ]; then
+  step "the whole suite, ${left}s at most"
+  xdist=(); $PY -c "import xdist" 2>/dev/null && xdist=(-n 12)
+  timeout -s INT -k 20 "$left" $PY -m pytest -p no:cacheprovider -q -rfEs "${xdist[@]}" >"$OUT/suite.log" 2>&1
+  echo "exit $? (124 or 2 after SIGINT: out of time)"; tail -40 "$OUT/suite.log"
 fi
 step "done"

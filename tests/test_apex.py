@@ -264,7 +264,7 @@ def test_a_target_that_overflows_gives_the_largest_finite_priority_and_training_
     # Finite inputs whose TD target overflows to inf: update_priorities used to raise and stop the learner.
     cfg = apex_config("algo.min_replay_size=32", "algo.batch_size=32")
     learner, runner = make_learner(cfg)
-    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs), timeout_s=10)
+    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs), timeout_s=60)
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.connect(learner.trajectory_endpoint)

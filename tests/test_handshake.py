@@ -15,6 +15,10 @@ from conftest import good_trajectory, small_config, wait_for
 
 OBS = spaces.BoxSpec(shape=(4,), dtype="float32")
 ACT = spaces.DiscreteSpec(n=2)
+# A bound on a hello's reply, not a wait. The first hello builds the model: on a GPU machine
+# that starts CUDA in the test's process, which took over 10 s with 12 test processes starting
+# it on one H100 at once.
+HELLO_S = 60.0
 
 
 def meta_for(cfg, **change):
@@ -26,7 +30,7 @@ def meta_for(cfg, **change):
 def test_hello_reply_names_endpoints_specs_and_carries_weights(ctx, endpoint, make_learner):
     cfg = small_config()
     learner, _ = make_learner(cfg)
-    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)
+    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
     info = reply.json()
     assert reply.kind == wire.Kind.HELLO_REPLY
     assert info["trajectory_endpoint"] == learner.trajectory_endpoint
@@ -53,7 +57,7 @@ def test_bad_hello_gets_an_error_the_actor_raises(ctx, endpoint, make_learner, c
     cfg = small_config()
     learner, _ = make_learner(cfg)
     with pytest.raises(HelloError, match=match):
-        say_hello(ctx, endpoint, meta_for(cfg, **change), timeout_s=10)
+        say_hello(ctx, endpoint, meta_for(cfg, **change), timeout_s=HELLO_S)
     assert learner.rejected["hello_refused"] == 1
 
 
@@ -64,7 +68,7 @@ def test_hellos_are_answered_while_trajectories_stream_in(ctx, endpoint, make_le
     the learner discards them (sink) or its queue fills up (training)."""
     cfg = small_config()
     learner, _ = make_learner(cfg, sink=sink)
-    first = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)  # agrees the specs
+    first = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)  # agrees the specs
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.setsockopt(zmq.SNDTIMEO, 50)
@@ -85,7 +89,7 @@ def test_hellos_are_answered_while_trajectories_stream_in(ctx, endpoint, make_le
         wait_for(lambda: learner.env_steps > 0, 30, "trajectories to arrive")
         for i in range(3):
             steps = learner.env_steps
-            reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10, sender_id=2 + i)
+            reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S, sender_id=2 + i)
             assert reply is not None and reply.kind == wire.Kind.HELLO_REPLY
             wait_for(lambda: learner.env_steps > steps, 30, "more trajectories after the hello")
     finally:
@@ -100,17 +104,17 @@ def test_an_actor_with_another_network_is_told_which_model_keys_differ(ctx, endp
     make_learner(cfg)
     wider = small_config("model.hidden_sizes=[32, 32]")
     with pytest.raises(HelloError, match=r"model.hidden_sizes: \[32, 32\] here, \[64, 64\] on the learner"):
-        say_hello(ctx, endpoint, meta_for(wider), timeout_s=10)
+        say_hello(ctx, endpoint, meta_for(wider), timeout_s=HELLO_S)
 
 
 def test_specs_are_agreed_by_the_first_hello(ctx, endpoint, make_learner):
     cfg = small_config()
     make_learner(cfg)
-    say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)
+    say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
     other = spaces.BoxSpec(shape=(5,), dtype="float32")
     m = hello_meta(cfg, "actor", 1, other, ACT, cfg.actor.num_envs)
     with pytest.raises(HelloError, match="differ"):
-        say_hello(ctx, endpoint, m, timeout_s=10)
+        say_hello(ctx, endpoint, m, timeout_s=HELLO_S)
 
 
 def test_garbage_on_the_control_socket_gets_an_error_reply(ctx, endpoint, make_learner):
@@ -129,7 +133,7 @@ def test_garbage_on_the_control_socket_gets_an_error_reply(ctx, endpoint, make_l
     finally:
         s.close()
     # and the learner still answers real hellos
-    assert say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10) is not None
+    assert say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S) is not None
 
 
 def test_hello_times_out_without_a_learner(ctx, endpoint):
@@ -183,7 +187,7 @@ def test_a_hello_whose_model_cannot_be_built_is_refused_and_the_learner_goes_on(
     with pytest.raises(HelloError, match=r"cannot build the model .*: its 549,755,\d+,\d+ parameters need about 8,192\.\d GiB"):
         say_hello(ctx, endpoint, hello_meta(cfg, "actor", 0, huge, ACT, cfg.actor.num_envs), timeout_s=30)
     assert learner.rejected["hello_refused"] == 1 and learner.model is None
-    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=10)  # the next hello agrees the specs
+    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)  # the next hello agrees the specs
     assert reply.kind == wire.Kind.HELLO_REPLY and runner.thread.is_alive()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 
 from zrl.learner.algorithms import impala
 from zrl.learner.prefetch import Prefetcher
@@ -105,10 +106,16 @@ def test_a_failing_collate_on_the_prefetch_thread_ends_the_run_with_its_error(ma
     assert _threads() == [] and learner.updates == 0
 
 
-def test_prefetch_batches_is_checked():
-    from zrl.config import ConfigError
+def test_prefetch_batches_is_checked_and_auto_means_two_on_cuda_only():
+    from zrl.config import AUTO_PREFETCH_CUDA, ConfigError
 
-    assert small_config("learner.prefetch_batches=8").learner.prefetch_batches == 8
-    for bad in ("-1", "9"):
-        with pytest.raises(ConfigError, match=r"learner\.prefetch_batches: must be in \[0, 8\]"):
+    lc = small_config("learner.prefetch_batches=8").learner
+    assert lc.prefetch_batches == 8 and lc.prefetch_for(torch.device("cuda")) == 8
+    auto = small_config().learner
+    assert auto.prefetch_batches == "auto"
+    assert auto.prefetch_for(torch.device("cpu")) == 0
+    assert auto.prefetch_for(torch.device("cuda", 1)) == AUTO_PREFETCH_CUDA == 2
+    assert small_config("learner.prefetch_batches=0").learner.prefetch_for(torch.device("cuda")) == 0
+    for bad in ("-1", "9", "sometimes", "1.5"):
+        with pytest.raises(ConfigError, match=r"learner\.prefetch_batches"):
             small_config(f"learner.prefetch_batches={bad}")

@@ -333,7 +333,7 @@ def run(opts: BenchOptions) -> BenchResult:
         z, p = learner_overhead(name, cfg, updates)
         result.add(measurement="learner update (ms)", env=name, n=cfg.learner.batch_size, zrl=z * 1e3, reference=p * 1e3, ratio=z / p)
         if cuda:
-            for from_host, prefetch in ((False, 0), (True, 0), (False, 2)):
+            for from_host, prefetch in ((False, 0), (True, 0), (False, 2), (True, 2)):
                 z, p = learner_overhead(name, cfg, max(updates, 100), device="cuda", from_host=from_host, prefetch=prefetch)
                 what = "plain loop copies its batch from pinned memory" if from_host else "plain loop's batch on the GPU"
                 what += ", zrl's batches on a prefetch thread" if prefetch else ""
@@ -358,8 +358,8 @@ def run(opts: BenchOptions) -> BenchResult:
         *(["learner update on cuda: the same on the GPU, both timed in blocks of 10 steps with one synchronize per block; "
            "zrl's batch goes to the GPU through pinned memory and its weights come back through HostWeights' pinned copy, "
            "as in its learner. The plain loop's batch is on the GPU already, or (second row) in pinned host memory, "
-           "copied with non_blocking=True each step. Third row: zrl's batches checked and joined on a Prefetcher's thread, "
-           "up to 2 ahead (learner.prefetch_batches 2)."] if cuda else []),
+           "copied with non_blocking=True each step. The rows with a prefetch thread: zrl's batches checked and joined on a "
+           "Prefetcher's thread, up to 2 ahead (learner.prefetch_batches 2, what auto picks on a GPU)."] if cuda else []),
     ]
     png = opts.out / "pipeline.png"
     result.notes.append(f"Plot: {png.name} (beside this table)" if plot(result.rows, png) else "matplotlib is not installed: no plot (pip install -e .[bench]).")

@@ -662,8 +662,9 @@ class Learner:
 
     def _train(self, metrics: MetricsWriter, t_start: float, time_up) -> str:
         prefetcher = None
-        if self.config.learner.prefetch_batches and not self.algo.uses_replay:
-            prefetcher = Prefetcher(self._make_batch, self.config.learner.prefetch_batches)
+        depth = self.config.learner.prefetch_for(self.device)
+        if depth and not self.algo.uses_replay:
+            prefetcher = Prefetcher(self._make_batch, depth)
         try:
             return self._train_loop(metrics, t_start, time_up, prefetcher)
         finally:
