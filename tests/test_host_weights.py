@@ -122,3 +122,43 @@ def test_a_batch_for_the_gpu_is_joined_in_pinned_memory_and_lands_there():
         t = _join(parts, 1, torch.device("cuda"))
         assert t.device.type == "cuda"
         np.testing.assert_array_equal(t.cpu().numpy(), np.concatenate(parts, axis=1))
+
+
+@pytest.mark.parametrize("n", [100, 40_000])  # a frame pyzmq copies, and one sent zero-copy
+def test_published_frames_are_reused_but_never_one_still_held(ctx, make_learner, n):
+    import zmq
+
+    from zrl import wire
+    from conftest import small_config, wait_for
+
+    learner, _ = make_learner(small_config(), start=False)
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(learner.weights_endpoint)
+    try:
+        def received(version: int) -> bool:
+            learner._publish(version, np.full(n, version, np.float32))
+            return sub.poll(50) and wire.decode(sub.recv()).policy_version == version
+
+        def publish_and_check(v: int) -> None:
+            learner._publish(v, np.full(n, v, np.float32))
+            msg = wire.decode(sub.recv())
+            assert msg.policy_version == v and (msg.arrays["params"] == v).all()
+
+        wait_for(lambda: received(0), 30, "the subscription")  # (PUB drops what goes out before it)
+        made = len(learner._weights_frames.layout._finished)
+        # A hello reply built from version 0 meanwhile: its frame stays intact while held.
+        held_version, held = learner._latest_weights
+        for v in range(1, 6):
+            publish_and_check(v)
+            assert (held == held_version).all() and not held.flags.writeable
+        del held
+        for v in range(6, 40):
+            publish_and_check(v)
+        version, latest = learner._latest_weights
+        assert version == 39 and (latest == 39).all() and not latest.flags.writeable
+        # One new frame per version while the oldest was held, none after: frames are reused.
+        assert len(learner._weights_frames.layout._finished) <= made + 5
+    finally:
+        sub.close(0)

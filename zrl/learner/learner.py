@@ -133,6 +133,27 @@ class HostWeights:
         return version, (self.host.numpy() if self.gpu else publishable(self.flat))
 
 
+class WeightsFrames:
+    """WEIGHTS frames of float32 weights, for one thread: one copy into a frame of a
+    wire.Layout, which hands a frame's buffer out again only once nothing holds it any
+    more (ZeroMQ, a view of it), so a frame is never written while anyone reads it. On the
+    2-core CPU, for Pong's 678k weights: ~0.06 ms against 0.23 for wire.encode and bytes()
+    (a zeroed buffer, a copy, and a copy of the frame), which a GPU learner with a small
+    net pays per update."""
+
+    def __init__(self):
+        self.layout: wire.Layout | None = None
+
+    def frame(self, version: int, params: np.ndarray) -> memoryview:
+        """The frame of `params` (any shape: sent flat), read-only."""
+        layout = self.layout
+        if layout is None or layout.shapes[0][0] != params.size:
+            layout = self.layout = wire.Layout(wire.Kind.WEIGHTS, [("params", np.float32, (params.size,))])
+        out = layout.allocate()
+        out.arrays["params"][...] = params.reshape(-1)
+        return out.finish(sender_id=0, seq=0, policy_version=version).toreadonly()
+
+
 def parameter_count(algo) -> int | None:
     """The number of parameters algo.build_model() makes, counted on the meta device (no
     memory, no random numbers drawn); None where the model cannot be built there."""
@@ -278,7 +299,8 @@ class Learner:
         # published again this often, so actors' watchdogs (actor.learner_timeout_s) hear from us.
         self._heartbeat_s = max(0.5, config.actor.learner_timeout_s / 3)
         self._published_at = time.monotonic()
-        self._published: bytes | None = None  # the last WEIGHTS frame sent, which a heartbeat sends again
+        self._published: bytes | memoryview | None = None  # the last WEIGHTS frame sent, which a heartbeat sends again
+        self._weights_frames = WeightsFrames()  # the training loop's WEIGHTS frames (_publish)
         self._resume_state: dict[str, Any] | None = None
         self._ckdir_claimed = False  # a fresh run moves an earlier run's checkpoints aside before its first save
         if resume:
@@ -836,13 +858,17 @@ class Learner:
             self._publish(*landed)
 
     def _publish(self, version: int, params: np.ndarray) -> None:
-        frame = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=version))
-        # Hello replies carry these weights: a read-only view into the (immutable) frame,
-        # so the receiver thread never reads the buffer the optimiser is writing.
+        """Sends version `version` of the weights (the training loop's thread alone calls this).
+
+        The frame (WeightsFrames) is reused once nothing holds it: ZeroMQ, a hello reply
+        being built from it, the heartbeat's last frame."""
+        frame = self._weights_frames.frame(version, params)
+        # Hello replies carry these weights: a read-only view into the frame, which nothing
+        # writes until it is free again, so the receiver thread never reads a buffer being written.
         self._latest_weights = (version, wire.decode(frame).arrays["params"])
         self._send_weights(frame)
 
-    def _send_weights(self, frame: bytes) -> None:
+    def _send_weights(self, frame: bytes | memoryview) -> None:
         self._published, self._published_at = frame, time.monotonic()
         try:
             self.pub.send(frame, zmq.NOBLOCK, copy=False)
