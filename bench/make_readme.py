@@ -149,15 +149,16 @@ time waiting for data, policy lag in updates. learner update: zrl's step from
 wire messages (the learner's `wire.Gate` checks, counted in line though its
 receiver thread runs them; collate; then the learner's own `update_step`:
 loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
-step; weights encoded) against a plain PyTorch loop on the same batch
-already in tensors (target: at most 1.10).
+step; weights written into a frame) against a plain PyTorch loop on the
+same batch already in tensors (target: at most 1.10).
 
 **Where it stands.** The table is from an AMD EPYC with AVX-512, VNNI and
-BF16 (Zen 4; 11-26, 16:01 UTC, after the learner's receiver began waiting
-inside `Gate.drain`), with the shipped Pong config (24 envs, the
+BF16 (Zen 4; 11-26, 17:12 UTC, with the weights published through
+`WeightsFrames`), with the shipped Pong config (24 envs, the
 policy acting on the first 8 ready, `actor.int8_torso: auto`):
-- **Pong actor -> sink: 0.858 of the raw env** (target 0.8), its five
-  bracketed runs 0.839-0.877; the run before the receiver change (12:41)
+- **Pong actor -> sink: 0.839 of the raw env** (target 0.8), its five
+  bracketed runs 0.823-0.865; at 16:01, after the learner's receiver began
+  waiting inside `Gate.drain`, 0.858 (runs 0.839-0.877); the run before the receiver change (12:41)
   gave 0.885 (runs 0.827-1.033), and its other rows were within a few per
   cent of these. The same table two hours before that, before zrl's
   AVX-512 VNNI int8 kernel (the torso ran in oneDNN's VNNI kernels), gave
@@ -172,10 +173,10 @@ policy acting on the first 8 ready, `actor.int8_torso: auto`):
   ~105 there: the int8 CNN and Python) is taken from them, and the raw env's
   rate drifts by tens of percent within minutes. Each ratio is therefore a
   median of actor runs bracketed by raw runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.05 for
-  Pong and 1.06 for CartPole (target at most 1.10; 0.82-1.09 across tables).
-- `zrl run` with 2 Pong actors: ~3,100 env steps/s here (~1,600-1,700 on the
-  AVX2 CPU), the learner waiting for data 12% of its time; CartPole's rows
+- Learner update against a plain PyTorch loop on the same batch: 1.06 for
+  Pong and 1.05 for CartPole (target at most 1.10; 0.82-1.09 across tables).
+- `zrl run` with 2 Pong actors: ~3,000-3,100 env steps/s here (~1,600-1,700 on the
+  AVX2 CPU), the learner waiting for data 11-12% of its time; CartPole's rows
   have no target.
 - On a GPU (an H100, 11-26: no table here, the bench's CUDA rows need one):
   the CUDA path copies batches through pinned memory, non-blocking, and makes

@@ -354,7 +354,7 @@ def run(opts: BenchOptions) -> BenchResult:
         "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
         "(n actors share the same 2 cores with the learner). wait_for_data = the learner's share of time waiting for a batch.",
         "learner update: median ms per update, zrl's path from wire messages (the learner's wire.Gate: decode and checks, in line with the update; collate, "
-        "then the learner's own update_step: loss with C++ V-trace, backward, clip, the non-finite gradient guard, step, after_update; weights encoded) "
+        "then the learner's own update_step: loss with C++ V-trace, backward, clip, the non-finite gradient guard, step, after_update; weights written into a frame, learner.WeightsFrames) "
         "vs a plain PyTorch loop on the same batch already in tensors; n = batch columns; target ratio <= 1.10.",
         *(["learner update on cuda: the same on the GPU, both timed in blocks of 10 steps with one synchronize per block; "
            "zrl's batch goes to the GPU through pinned memory and its weights come back through HostWeights' pinned copy, "
