@@ -131,9 +131,10 @@ class HostReads(TorchFunctionMode):
 
 
 def _configs(device: str):
-    lead = [f"learner.device={device}", "learner.log_interval_s=0.05", "learner.publish_interval=1"]
+    # Batches joined in line (auto prefetches on a GPU), but for impala-prefetch: the loop's own thread is watched.
+    lead = [f"learner.device={device}", "learner.log_interval_s=0.05", "learner.publish_interval=1", "learner.prefetch_batches=0"]
     return {
-        "impala": small_config(*lead, "learner.prefetch_batches=0"),  # batches joined in line (auto prefetches on a GPU)
+        "impala": small_config(*lead),
         "impala-lstm": small_config(*lead, "model.lstm_size=16"),
         "impala-bf16": small_config(*lead, "learner.precision=bf16"),
         "impala-prefetch": small_config(*lead, "learner.prefetch_batches=2"),  # batches made on another thread

@@ -116,6 +116,6 @@ def test_prefetch_batches_is_checked_and_auto_means_two_on_cuda_only():
     assert auto.prefetch_for(torch.device("cpu")) == 0
     assert auto.prefetch_for(torch.device("cuda", 1)) == AUTO_PREFETCH_CUDA == 2
     assert small_config("learner.prefetch_batches=0").learner.prefetch_for(torch.device("cuda")) == 0
-    for bad in ("-1", "9", "sometimes", "1.5"):
+    for bad in ("-1", "9", "sometimes", "1.5", "true"):
         with pytest.raises(ConfigError, match=r"learner\.prefetch_batches"):
             small_config(f"learner.prefetch_batches={bad}")

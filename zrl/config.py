@@ -423,7 +423,8 @@ class LearnerConfig:
         _check(self.publish_interval >= 1, "learner.publish_interval", "must be >= 1")
         _check(self.queue_size >= 1, "learner.queue_size", "must be >= 1")
         _check(self.pull_hwm >= 1, "learner.pull_hwm", "must be >= 1")
-        _check(self.prefetch_batches == "auto" or (isinstance(self.prefetch_batches, int) and 0 <= self.prefetch_batches <= 8),
+        _check(self.prefetch_batches == "auto" or (isinstance(self.prefetch_batches, int) and not isinstance(self.prefetch_batches, bool)
+                                                   and 0 <= self.prefetch_batches <= 8),
                "learner.prefetch_batches", f"must be auto or an integer in [0, 8], not {self.prefetch_batches!r}")
         _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "learner.device", f"must be auto, cpu or cuda[:N], not {self.device!r}")
         _check(self.torch_threads >= 1, "learner.torch_threads", "must be >= 1")
