@@ -74,18 +74,24 @@ class), the default config's T=20 x K=32, and an Atari chunk of 20
 observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
-**Over tcp every row is at about 0.9 or above; over ipc the 23 KB row is
-not (0.82-0.86).** Seven runs on 11-26 (an AMD EPYC with AVX-512, Zen 4,
-nothing else running), after the learner's receiver began waiting inside
-`Gate.drain` (below); tcp / ipc:
-- 2 KB: 0.84-1.00 / 0.82-1.09.
-- 23 KB: 0.91-1.00 / 0.82-0.86.
-- Atari: 0.78-1.41 / 0.89-1.07.
+**Over tcp every row is at 0.9 or above; over ipc the 23 KB row is not
+(0.82-0.84), and the 2 KB and Atari rows are at about 0.9.** Since the
+evening of 11-26 each row is the median of 15 windows a side (3 per
+`--repeats`, 5 by default): a window of 0.5 s lands in one of two modes
+~1.5x apart on these shared 2-vCPU machines, and with 5 windows a row moved
+by up to 0.3 from run to run. Four such runs (an AMD EPYC with AVX-512,
+Zen 4; in one the machine was loaded, raw Atari over tcp at a third of its
+usual rate), tcp / ipc:
+- 2 KB: 0.91-1.10 / 0.88-1.00.
+- 23 KB: 0.95-0.99 / 0.82-0.84 (0.74 in the loaded run).
+- Atari: 0.99-1.07 / 0.90-0.96.
 
-The table is the last of them. Across the runs since 11-24 every row has at
-some point landed above 0.9 and at some point below it (23 KB over ipc last
-reached 1.04 in a run on 11-24): single runs move by ±0.15 on these shared
-cores, so only the ranges mean much.
+The table is the last of them. Earlier, with 5 windows a side, every row
+landed above 0.9 in some runs and below it in others (23 KB over ipc last
+reached 1.04 in a run on 11-24), so only ranges meant much. Crossed in the
+bench's own workers (a raw sender with zrl's receiver, and the reverse), the
+23 KB ipc gap is the receiver's: 0.72-0.83 with zrl's receiver and a raw
+sender, 0.95-0.96 with zrl's sender and a raw receiver (TRANSPORT.md).
 
 The latest change: the receiver waited for data in a pyzmq poll and then
 drained without waiting; now it waits for a burst's first message inside

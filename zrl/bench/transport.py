@@ -349,7 +349,10 @@ def run(opts: BenchOptions) -> BenchResult:
         columns=["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio",
                  "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio"],
     )
-    rounds = 2 if opts.quick else max(opts.repeats, 3)
+    # Three windows per repeat (15 by default): on a shared 2-vCPU VM a 0.5 s window of zrl's
+    # small messages lands in one of two modes ~1.5x apart, and 5 windows a side moved a
+    # row's median by up to 0.3 between runs (bench/TRANSPORT.md).
+    rounds = 2 if opts.quick else max(3 * opts.repeats, 3)
     window_s = QUICK_WINDOW_S if opts.quick else WINDOW_S
     warmup_s = QUICK_WARMUP_S if opts.quick else WARMUP_S
     chunks = CHUNKS
