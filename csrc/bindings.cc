@@ -3,6 +3,7 @@
 // long-running calls release the GIL here.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <structmember.h>  // T_OBJECT_EX (Python.h has it as Py_T_OBJECT_EX from 3.12 only)
 
 #include <algorithm>
 #include <cerrno>
@@ -886,6 +887,75 @@ PyType_Spec kZmqFrameSpec = {"zrl._core.ZmqFrame", sizeof(ZmqFrameObject), 0,
 
 PyTypeObject* zmq_frame_type = nullptr;  // made in bind_native
 
+// The fields of a received message (wire.Message is a Python subclass that adds its
+// methods): a C type so that ZmqNative.drain can make the learner's messages without
+// running Python for each one.
+struct MessageObject {
+  PyObject_HEAD
+  PyObject* kind;
+  PyObject* sender_id;
+  PyObject* seq;
+  PyObject* policy_version;
+  PyObject* meta;
+  PyObject* infos;
+  PyObject* buf;
+  PyObject* arrays;  // NULL (None) until wire.Message.arrays makes the views
+  PyObject* nbytes;
+};
+
+#define ZRL_MESSAGE_FIELDS(X) X(kind) X(sender_id) X(seq) X(policy_version) X(meta) X(infos) X(buf) X(arrays) X(nbytes)
+
+int message_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* m = reinterpret_cast<MessageObject*>(self);
+#define ZRL_VISIT(f) Py_VISIT(m->f);
+  ZRL_MESSAGE_FIELDS(ZRL_VISIT)
+#undef ZRL_VISIT
+  Py_VISIT(Py_TYPE(self));  // (a heap type's instances own a reference to it)
+  return 0;
+}
+
+int message_clear(PyObject* self) {
+  auto* m = reinterpret_cast<MessageObject*>(self);
+#define ZRL_CLEAR(f) Py_CLEAR(m->f);
+  ZRL_MESSAGE_FIELDS(ZRL_CLEAR)
+#undef ZRL_CLEAR
+  return 0;
+}
+
+void message_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  message_clear(self);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMemberDef kMessageMembers[] = {
+    {"kind", T_OBJECT_EX, offsetof(MessageObject, kind), 0, nullptr},
+    {"sender_id", T_OBJECT_EX, offsetof(MessageObject, sender_id), 0, nullptr},
+    {"seq", T_OBJECT_EX, offsetof(MessageObject, seq), 0, nullptr},
+    {"policy_version", T_OBJECT_EX, offsetof(MessageObject, policy_version), 0, nullptr},
+    {"meta", T_OBJECT_EX, offsetof(MessageObject, meta), 0, nullptr},
+    {"infos", T_OBJECT_EX, offsetof(MessageObject, infos), 0, nullptr},
+    {"_buf", T_OBJECT_EX, offsetof(MessageObject, buf), 0, nullptr},
+    {"_arrays", T_OBJECT, offsetof(MessageObject, arrays), 0, nullptr},
+    {"nbytes", T_OBJECT_EX, offsetof(MessageObject, nbytes), 0, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyType_Slot kMessageSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(message_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(message_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(message_clear)},
+    {Py_tp_members, kMessageMembers},
+    {Py_tp_doc, const_cast<char*>("The fields of a received message: the base of wire.Message.")},
+    {0, nullptr}};
+
+PyType_Spec kMessageSpec = {"zrl._core.MessageBase", sizeof(MessageObject), 0,
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, kMessageSlots};
+
+PyTypeObject* message_base_type = nullptr;  // made in bind_native
+
 // A frame buffer that libzmq sends without a copy (zrl::SendBlock): wire.OutMessage
 // keeps a large frame in one, and send_frame sends it zero-copy. Writable through
 // the buffer protocol; in_flight counts the messages libzmq still holds.
@@ -1024,6 +1094,144 @@ PyMethodDef kSendFrameDef = {
     "frame[:total] on the libzmq socket at address `socket` (pyzmq's Socket.underlying): a SendBuffer "
     "without a copy (libzmq holds it until sent: see SendBuffer.in_flight), anything else copied."};
 
+// (items, unvouched) for up to `max` messages, the first waited for up to wait_ms
+// (zrl::drain). An item is (message, bindings) for a frame the FrameGate vouched for:
+// a `message_type` (a subclass of MessageBase) of kind `kind`, its infos and bindings
+// from layouts[layout] = (infos, bindings, block); anything else is its payload, for
+// Python's checks, and `unvouched` counts those. A payload is bytes below copy_below,
+// else a read-only memoryview that keeps the message.
+py::tuple drain_items(const zrl::ZmqApi* api, void* socket, const zrl::FrameGate& gate, std::size_t max,
+                    std::size_t copy_below, int wait_ms, const py::list& layouts, PyTypeObject* mtype,
+                    const py::handle& kind) {
+  // A burst of its own per call: one ZmqNative serves every gate (and thread) in the process.
+  std::vector<zrl::Drained> burst;
+  int err;
+  {
+    py::gil_scoped_release release;
+    err = zrl::drain(*api, socket, gate, max, &burst, wait_ms);
+  }
+  const std::size_t n = burst.size();
+  // Every message of the burst is closed on the way out, whatever happens below;
+  // a large one has been moved into its ZmqFrame by then (closing the empty rest is a no-op).
+  struct CloseAll {
+    const zrl::ZmqApi* api;
+    std::vector<zrl::Drained>& burst;
+    ~CloseAll() {
+      for (auto& d : burst) api->msg_close(&d.msg);
+    }
+  } close_all{api, burst};
+  if (n == 0 && err != 0) {
+    PyErr_SetObject(PyExc_OSError, py::make_tuple(err, api->strerror(err)).ptr());
+    throw py::error_already_set();
+  }
+  const std::size_t n_layouts = layouts.size();
+  std::size_t unvouched = 0;
+  py::list out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    zrl::ZmqMsg* msg = &burst[i].msg;
+    const std::size_t size = api->msg_size(msg);
+    py::object payload;
+    if (size < copy_below) {
+      payload = py::bytes(static_cast<const char*>(api->msg_data(msg)), size);
+    } else {  // no copy: Python gets a view, and the message lives as long as the view
+      auto* frame = PyObject_New(ZmqFrameObject, zmq_frame_type);
+      if (!frame) throw py::error_already_set();
+      frame->api = api;
+      api->msg_init(&frame->msg);
+      api->msg_move(&frame->msg, msg);
+      py::object owner = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(frame));
+      payload = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
+      if (!payload) throw py::error_already_set();
+    }
+    const zrl::GateResult& g = burst[i].gate;
+    py::object item;
+    if (g.layout >= 0 && static_cast<std::size_t>(g.layout) < n_layouts) {
+      py::tuple entry = layouts[static_cast<std::size_t>(g.layout)];  // (infos, bindings, block)
+      py::object meta = g.meta_len ? payload[py::slice(static_cast<py::ssize_t>(g.meta_offset),
+                                                       static_cast<py::ssize_t>(g.meta_offset + g.meta_len), 1)]
+                                   : py::bytes();
+      py::object m = py::reinterpret_steal<py::object>(mtype->tp_alloc(mtype, 0));
+      if (!m) throw py::error_already_set();
+      auto* f = reinterpret_cast<MessageObject*>(m.ptr());
+      f->kind = kind.inc_ref().ptr();
+      f->sender_id = py::int_(g.sender_id).release().ptr();
+      f->seq = py::int_(g.seq).release().ptr();
+      f->policy_version = py::int_(g.policy_version).release().ptr();
+      f->meta = meta.release().ptr();
+      f->infos = py::object(entry[0]).release().ptr();
+      f->buf = payload.release().ptr();
+      f->nbytes = py::int_(size).release().ptr();
+      item = py::make_tuple(std::move(m), entry[1]);
+    } else {
+      item = std::move(payload);
+      ++unvouched;
+    }
+    PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(i), item.release().ptr());
+  }
+  return py::make_tuple(std::move(out), unvouched);
+}
+
+// drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) ->
+// (items, unvouched): the learner's receiver calls this for every burst, so it is a
+// METH_FASTCALL function (pybind11's argument conversion of eight arguments costs
+// ~0.3 us, as much as a small message's receive).
+PyObject* native_drain(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8) {
+    PyErr_SetString(PyExc_TypeError, "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind)");
+    return nullptr;
+  }
+  auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
+  if (!api) return nullptr;
+  long long v[4];  // socket, max, copy_below, wait_ms
+  for (int k = 0; k < 4; ++k) {
+    PyObject* i = PyNumber_Index(args[k == 0 ? 0 : k + 1]);
+    if (!i) return nullptr;
+    v[k] = PyLong_AsLongLong(i);
+    Py_DECREF(i);
+    if (v[k] == -1 && PyErr_Occurred()) return nullptr;
+  }
+  if (v[0] == 0 || v[1] < 0 || v[2] < 0 || v[3] < -1 || v[3] > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "drain: socket %lld, max %lld, copy_below %lld, wait_ms %lld out of range", v[0],
+                 v[1], v[2], v[3]);
+    return nullptr;
+  }
+  if (!PyList_Check(args[5])) {
+    PyErr_SetString(PyExc_TypeError, "drain: layouts must be a list");
+    return nullptr;
+  }
+  if (!PyType_Check(args[6]) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(args[6]), message_base_type)) {
+    PyErr_SetString(PyExc_TypeError, "drain: message_type must be a subclass of zrl._core.MessageBase");
+    return nullptr;
+  }
+  try {
+    const auto& gate = py::cast<const zrl::FrameGate&>(py::handle(args[1]));
+    return drain_items(api, reinterpret_cast<void*>(static_cast<uintptr_t>(v[0])), gate, static_cast<std::size_t>(v[1]),
+                       static_cast<std::size_t>(v[2]), static_cast<int>(v[3]),
+                       py::reinterpret_borrow<py::list>(args[5]), reinterpret_cast<PyTypeObject*>(args[6]),
+                       py::handle(args[7]))
+        .release()
+        .ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::cast_error&) {
+    PyErr_SetString(PyExc_TypeError, "drain: gate must be a zrl._core.FrameGate");
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef kDrainDef = {
+    "drain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(native_drain)), METH_FASTCALL,
+    "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> (items, unvouched). Up to "
+    "`max` messages from the libzmq socket at address `socket` (pyzmq's Socket.underlying), each checked by "
+    "the FrameGate `gate`, the first waited for up to `wait_ms` (0: not at all, -1: for ever; a blocking "
+    "receive without the GIL), the rest not at all. An item is (message_type instance of kind `kind`, "
+    "bindings) where the gate vouched for the frame with layouts[layout] = (infos, bindings, block), else the "
+    "frame's payload (bytes, or a read-only memoryview from copy_below bytes up); unvouched counts those. An "
+    "OSError(errno) for a failed receive with nothing received. Any thread, but one per socket (and per "
+    "gate), as ZeroMQ requires."};
+
 // pyzmq's libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one.
 class ZmqNative {
  public:
@@ -1043,57 +1251,13 @@ class ZmqNative {
     return py::reinterpret_steal<py::object>(f);
   }
 
-  // [(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)] for up to
-  // `max` messages, the first waited for up to wait_ms (zrl::drain); payload is bytes
-  // below copy_below, else a read-only memoryview.
-  py::list drain(uintptr_t socket, const zrl::FrameGate& gate, std::size_t max, std::size_t copy_below,
-                 int wait_ms) const {
-    // A burst of its own per call: one ZmqNative serves every gate (and thread) in the process.
-    std::vector<zrl::Drained> burst;
-    int err;
-    {
-      py::gil_scoped_release release;
-      err = zrl::drain(*api_, reinterpret_cast<void*>(socket), gate, max, &burst, wait_ms);
-    }
-    const std::size_t n = burst.size();
-    // Every message of the burst is closed on the way out, whatever happens below;
-    // a large one has been moved into its ZmqFrame by then (closing the empty rest is a no-op).
-    struct CloseAll {
-      const zrl::ZmqApi* api;
-      std::vector<zrl::Drained>& burst;
-      ~CloseAll() {
-        for (auto& d : burst) api->msg_close(&d.msg);
-      }
-    } close_all{api_, burst};
-    if (n == 0 && err != 0) {
-      PyErr_SetObject(PyExc_OSError, py::make_tuple(err, api_->strerror(err)).ptr());
-      throw py::error_already_set();
-    }
-    py::list out(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      zrl::ZmqMsg* msg = &burst[i].msg;
-      const std::size_t size = api_->msg_size(msg);
-      py::object payload;
-      if (size < copy_below) {
-        payload = py::bytes(static_cast<const char*>(api_->msg_data(msg)), size);
-      } else {  // no copy: Python gets a view, and the message lives as long as the view
-        auto* frame = PyObject_New(ZmqFrameObject, zmq_frame_type);
-        if (!frame) throw py::error_already_set();
-        frame->api = api_;
-        api_->msg_init(&frame->msg);
-        api_->msg_move(&frame->msg, msg);
-        py::object owner = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(frame));
-        payload = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
-        if (!payload) throw py::error_already_set();
-      }
-      const zrl::GateResult& g = burst[i].gate;
-      PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(i),
-                      py::make_tuple(g.layout, g.sender_id, g.seq, g.policy_version, g.meta_offset, g.meta_len,
-                                     std::move(payload))
-                          .release()
-                          .ptr());
-    }
-    return out;
+  // drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) as a
+  // plain CPython function bound to this library (see native_drain).
+  py::object drain_function() const {
+    py::capsule api(const_cast<zrl::ZmqApi*>(api_), "zrl.ZmqApi");
+    PyObject* f = PyCFunction_New(&kDrainDef, api.ptr());
+    if (!f) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(f);
   }
 
  private:
@@ -1104,6 +1268,9 @@ void bind_native(py::module_& m) {
   send_buffer_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSendBufferSpec));
   if (!send_buffer_type) throw py::error_already_set();
   m.attr("SendBuffer") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(send_buffer_type));
+  message_base_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kMessageSpec));
+  if (!message_base_type) throw py::error_already_set();
+  m.attr("MessageBase") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(message_base_type));
   zmq_frame_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kZmqFrameSpec));
   if (!zmq_frame_type) throw py::error_already_set();
   m.attr("ZmqFrame") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(zmq_frame_type));
@@ -1119,12 +1286,10 @@ void bind_native(py::module_& m) {
                              "into the frame's header and sends frame[:total] on the libzmq socket at address "
                              "`socket` (pyzmq's Socket.underlying): a SendBuffer without a copy, anything else "
                              "copied.")
-      .def("drain", &ZmqNative::drain, py::arg("socket"), py::arg("gate"), py::arg("max"), py::arg("copy_below"),
-           py::arg("wait_ms") = 0,
-           "Up to `max` messages, each checked by `gate`, the first waited for up to `wait_ms` "
-           "(0: not at all, -1: for ever; a blocking receive without the GIL), the rest not at all: "
-           "[(layout, sender_id, seq, policy_version, meta_offset, meta_len, payload)]. "
-           "Any thread, but one per socket (and per gate), as ZeroMQ requires.");
+      .def_property_readonly("drain", &ZmqNative::drain_function,
+                             "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> "
+                             "(items, unvouched): a burst of checked messages (see its own doc); each access "
+                             "makes the function anew, so keep it.");
 }
 
 }  // namespace

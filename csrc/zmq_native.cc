@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -134,7 +135,7 @@ int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_
 }
 
 int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out,
-          int wait_ms) {
+          int wait_ms, std::int64_t alone_after_ns) {
   out->clear();
   out->reserve(max);
   // The wait is a blocking recv under ZMQ_RCVTIMEO (set for it, then put back): where
@@ -152,10 +153,18 @@ int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t ma
     const int flags = wait && out->size() == 1 ? 0 : kZmqDontWait;
     int rc;
     int e = 0;
+    const auto start = std::chrono::steady_clock::now();  // (vDSO: tens of ns)
     do {  // (pyzmq retries an interrupted recv too)
       rc = api.msg_recv(&d.msg, socket, flags);
       e = rc < 0 ? api.errno_() : 0;
     } while (rc < 0 && e == EINTR);
+    // A first message that took longer than alone_after_ns came after a sleep: the
+    // queue was empty, and most likely still is. The burst is that message alone,
+    // without the non-blocking receive that would find the queue empty (a poll of
+    // libzmq's mailbox, and the pipe put to sleep), so the next call's blocking
+    // receive goes as a plain blocking recv does.
+    const bool alone = wait && out->size() == 1 &&
+                       std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(alone_after_ns);
     if (wait && out->size() == 1) api.setsockopt(socket, kZmqRcvTimeo, &saved_timeout, sizeof saved_timeout);
     if (rc < 0) {
       api.msg_close(&d.msg);
@@ -163,6 +172,7 @@ int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t ma
       return e == EAGAIN ? 0 : e;
     }
     d.gate = gate.check(static_cast<const uint8_t*>(api.msg_data(&d.msg)), api.msg_size(&d.msg));
+    if (alone) break;
   }
   return 0;
 }

@@ -100,13 +100,16 @@ int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_
 // (cleared first; each message is open and the caller closes it). The first waits
 // up to wait_ms (0: not at all, -1: for ever) in a blocking zmq_msg_recv, the rest
 // not at all. Stops early at an empty queue (EAGAIN, or the wait timing out); any
-// other error stops it too and is returned as zmq_errno() (0 if none). Call
-// without the GIL.
+// other error stops it too and is returned as zmq_errno() (0 if none). A first
+// message waited for longer than alone_after_ns is the burst alone: it came to an
+// empty queue, and asking again would only find the queue empty (a system call and
+// a wake-up more per burst than a blocking recv makes). Call without the GIL.
 struct Drained {
   ZmqMsg msg;
   GateResult gate;
 };
+inline constexpr std::int64_t kAloneAfterNs = 2000;  // a receive of a queued message takes < 1 us
 int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out,
-          int wait_ms = 0);
+          int wait_ms = 0, std::int64_t alone_after_ns = kAloneAfterNs);
 
 }  // namespace zrl

@@ -20,7 +20,7 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
     learner, runner = make_learner(cfg)
     make_actor(cfg)
     wait_for(lambda: learner.updates >= 2, 60, "training to start")
-    assert (learner.gate._native is not None) == native, transport.native_note()
+    assert (learner.gate._native_drain is not None) == native, transport.native_note()
 
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)

@@ -190,7 +190,7 @@ def test_drain_waits_for_the_first_message_only(pair, request, native):
     push, pull = pair
     cfg = small_config()
     gate = impala_gate(True, cfg)
-    assert (gate._native is not None) == native
+    assert (gate._native_drain is not None) == native
     pull.setsockopt(zmq.RCVTIMEO, 1234)
     t0 = time.monotonic()
     assert gate.drain(pull, 64, 30) == []  # nothing comes: back after the wait, empty
@@ -218,6 +218,61 @@ def test_drain_waits_for_the_first_message_only(pair, request, native):
     push.send(frames[0])
     assert len(gate.drain(pull, 64, -1)) == 1  # -1: for ever, and a message is there
     assert pull.getsockopt(zmq.RCVTIMEO) == -1
+
+
+def test_drained_messages_are_whole_messages(pair):
+    """Messages the C++ drain makes (wire.Message over its C base) read as the Python
+    path's do, keep their frame alive on their own, and are freed, cycles included."""
+    push, pull = pair
+    cfg = small_config()
+    gate = impala_gate(True, cfg)
+    frames = [bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, s, 1), sender_id=s, seq=s + 10, policy_version=7))
+              for s in range(3)]
+    for f in frames:
+        push.send(f)
+    got = drain_all(gate, pull, 3)  # the first registers the layout; the rest are vouched for in C++
+    assert [summary(c) for c in got] == [summary(gate.check(f)) for f in frames]
+    msg, bindings = got[-1]
+    assert type(msg) is wire.Message and isinstance(msg, _core.MessageBase)
+    assert (msg.kind, msg.sender_id, msg.seq, msg.policy_version, msg.nbytes) == (wire.Kind.TRAJECTORY, 2, 12, 7, len(frames[2]))
+    assert bytes(msg.meta) == b"" and msg.infos == gate.check(frames[2])[0].infos
+    obs = msg.arrays["obs"]
+    del got, msg  # the views hold the frame
+    assert obs.tobytes() == gate.check(frames[2])[0].arrays["obs"].tobytes()
+
+    freed: list = []
+
+    class Flag:
+        def __del__(self):
+            freed.append(True)
+
+    m = wire.Message(wire.Kind.STATS, 1, 2, 3, b"", (), b"", 0)  # made in Python, as decode makes them
+    m._arrays = {"cycle": m, "flag": Flag()}
+    del m
+    gc.collect()
+    assert freed == [True]  # the C type takes part in the cycle collector
+
+
+def test_the_drain_function_names_a_bad_argument(pair):
+    _, pull = pair
+    gate = impala_gate(True, small_config())
+    drain = transport.native().drain
+    ok = (pull.underlying, gate._fast, 4, wire.RECV_COPY_BELOW, 0, [], wire.Message, wire.Kind.TRAJECTORY)
+    assert drain(*ok) == ([], 0)
+    for at, bad, error, match in [
+        (0, 0, ValueError, "socket 0"),
+        (2, -1, ValueError, "max -1"),
+        (4, -2, ValueError, "wait_ms -2"),
+        (1, object(), TypeError, "gate must be a zrl._core.FrameGate"),
+        (5, (), TypeError, "layouts must be a list"),
+        (6, dict, TypeError, "message_type must be a subclass"),
+    ]:
+        args = list(ok)
+        args[at] = bad
+        with pytest.raises(error, match=match):
+            drain(*args)
+    with pytest.raises(TypeError, match=r"drain\(socket, gate"):
+        drain(*ok[:7])
 
 
 def test_a_layout_that_takes_over_a_slot_mid_burst(pair):

@@ -94,6 +94,20 @@ class FrameGate:
 class ZmqFrame:
     """A received message (buffer protocol, read-only), freed with its last view (a plain CPython type)."""
 
+class MessageBase:
+    """The fields of a received message, in C so that ZmqNative.drain makes messages without
+    running Python; zrl.wire.Message subclasses it with its methods."""
+
+    kind: Any
+    sender_id: int
+    seq: int
+    policy_version: int
+    meta: bytes | memoryview
+    infos: tuple[Any, ...]
+    nbytes: int
+    _buf: Any
+    _arrays: dict[str, np.ndarray] | None
+
 class ZmqNative:
     """pyzmq's own libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one."""
 
@@ -103,6 +117,9 @@ class ZmqNative:
     @property
     def send_frame(self) -> Callable[[int, Any, int, int, int, bool], int]:
         """send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno."""
+    @property
     def drain(
-        self, socket: int, gate: FrameGate, max: int, copy_below: int, wait_ms: int = 0
-    ) -> list[tuple[int, int, int, int, int, int, bytes | memoryview]]: ...
+        self,
+    ) -> Callable[[int, FrameGate, int, int, int, list[Any], type[MessageBase], Any], tuple[list[Any], int]]:
+        """drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> (items, unvouched):
+        an item is (message, bindings) for a frame the gate vouched for, else its payload."""

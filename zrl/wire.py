@@ -31,6 +31,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from zrl import _core
+
 MAGIC = b"ZRLW"
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<4sHHIIQQIIQ")  # 48 bytes
@@ -72,6 +74,9 @@ class Kind(enum.IntEnum):
     ACT = 16  # client -> server: observation (+ reward, flags for the previous step)
     ACTION = 17  # server -> client: the action to take
     BYE = 18  # client -> server: disconnect
+
+
+_TRAJECTORY = Kind.TRAJECTORY  # (a module global is read faster than an enum member, in hot loops)
 
 
 KIND_VALUES = frozenset(int(k) for k in Kind)
@@ -338,8 +343,6 @@ class OutMessage:
         self.layout = layout
         self.send_buffer = None
         if layout.capacity >= SEND_ZERO_COPY_FROM:
-            from zrl import _core
-
             self.send_buffer = _core.SendBuffer(layout.capacity)  # zeroed; see SEND_ZERO_COPY_FROM
             self.buffer = np.frombuffer(self.send_buffer, dtype=np.uint8)
         else:
@@ -439,10 +442,14 @@ class ArrayInfo:
     nbytes: int
 
 
-class Message:
-    """A decoded frame. `arrays` are read-only numpy views over the frame, made on first use."""
+class Message(_core.MessageBase):
+    """A decoded frame. `arrays` are read-only numpy views over the frame, made on first use.
 
-    __slots__ = ("kind", "sender_id", "seq", "policy_version", "meta", "infos", "_buf", "_arrays", "nbytes")
+    Its fields (kind, sender_id, seq, policy_version, meta, infos, nbytes and the
+    private _buf, _arrays) live in the C base type, so that `Gate.drain` makes the
+    learner's messages in C++, with no Python run per message."""
+
+    __slots__ = ()
 
     def __init__(self, kind, sender_id, seq, policy_version, meta, infos, buf, nbytes):
         self.kind = kind
@@ -664,16 +671,15 @@ class Gate:
         self._value_rules = None
         self._fast = None
         if fast and int(Kind.TRAJECTORY) in allowed_kinds:
-            from zrl import _core
-
             self._fast = _core.FrameGate(int(Kind.TRAJECTORY), max_bytes)
         self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int], bytes]] = []  # by FrameGate id
         self._blocks: set[bytes] = set()
-        self._native = None
+        self._native_drain = None  # ZmqNative.drain, where transport.native() is there
         if self._fast is not None:
             from zrl import transport
 
-            self._native = transport.native()
+            native = transport.native()
+            self._native_drain = native.drain if native is not None else None
 
     def set_trajectory_checks(self, schema: "Schema", check_values, value_rules) -> None:
         """check_values(msg, bindings) raises WireError. value_rules(bindings) gives
@@ -712,8 +718,8 @@ class Gate:
         (message, bindings) or of the WireError that rejected it. The first message is
         waited for up to wait_ms (0: not at all; -1: for ever), the rest not at all;
         an empty list when none came."""
-        native = self._native
-        if native is None:
+        native_drain = self._native_drain
+        if native_drain is None:
             import zmq
 
             if wait_ms and not sock.poll(None if wait_ms < 0 else wait_ms, zmq.POLLIN):
@@ -726,16 +732,18 @@ class Gate:
                     break
             return [self._checked(f) for f in frames]
         try:
-            burst = native.drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW, wait_ms)
+            # C++ makes each vouched frame's (Message, bindings) with the table as it was
+            # when the burst came in (a registration below that takes over a slot copies
+            # the list, so this one stays as it was).
+            burst, unvouched = native_drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW, wait_ms,
+                                            self._layouts, Message, _TRAJECTORY)
         except OSError as e:  # as pyzmq's recv would raise it
             from zrl.transport import zmq_error
 
             raise zmq_error(e.errno) from None
-        # The FrameGate vouched with the table as it was when the burst came in: this
-        # list is that table (a registration below that takes over a slot copies the list).
-        layouts = self._layouts
-        return [_vouched(layouts, data, layout, sender_id, seq, version, meta_offset, meta_len) if layout >= 0
-                else self._checked(data) for layout, sender_id, seq, version, meta_offset, meta_len, data in burst]
+        if unvouched:  # a new layout, another kind, or a frame the FrameGate refused: Python's checks
+            burst = [item if type(item) is tuple else self._checked(item) for item in burst]
+        return burst
 
     def _checked(self, frame):
         try:

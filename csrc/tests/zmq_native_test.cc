@@ -172,6 +172,38 @@ TEST_F(ZmqNativeIo, ADrainWaitsForItsFirstMessageOnlyAndPutsTheTimeoutBack) {
   EXPECT_TRUE(out.empty());
 }
 
+TEST_F(ZmqNativeIo, AFirstMessageThatWasWaitedForIsItsBurstAlone) {
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
+  std::vector<zrl::Drained> out;
+  auto drain_all = [&](std::int64_t alone_after_ns) {
+    std::size_t got = 0, bursts = 0;
+    while (got < 3) {
+      EXPECT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000, alone_after_ns), 0);
+      if (out.empty()) return std::make_pair(got, bursts);  // (a failure: nothing within 10 s)
+      got += out.size();
+      ++bursts;
+      for (auto& d : out) api->msg_close(&d.msg);
+    }
+    return std::make_pair(got, bursts);
+  };
+  // Every receive takes longer than 0 ns: each first message counts as waited for.
+  EXPECT_EQ(drain_all(0), std::make_pair(std::size_t{3}, std::size_t{3}));
+  // Without a wait, or with a threshold no receive reaches, the burst takes what is queued.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
+  std::size_t got = 0;
+  while (got < 3) {  // (over inproc a sent message is queued at once, but take no chance on one burst)
+    ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000, std::int64_t{1} << 62), 0);
+    ASSERT_FALSE(out.empty());
+    got += out.size();
+    for (auto& d : out) api->msg_close(&d.msg);
+  }
+  EXPECT_EQ(got, 3u);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 0, 0), 0);  // wait_ms 0: the rule does not apply
+  EXPECT_EQ(out.size(), 3u);
+  for (auto& d : out) api->msg_close(&d.msg);
+}
+
 TEST_F(ZmqNativeIo, AZeroCopySendHoldsItsBlockUntilLibzmqLetsGo) {
   zrl::SendBlock* block = zrl::new_send_block(100000);
   ASSERT_NE(block, nullptr);

@@ -24,10 +24,11 @@ the learner's cap, one I/O thread per context.
   (`learner.max_message_bytes`), the real `Impala.trajectory_schema(batch_size)`
   and Impala's value checks (action and final_index ranges), draining bursts of
   up to 64 with `Gate.drain`: with `transport.native()`, C++ waits for the
-  burst's first message in a blocking receive (as the learner's receiver does),
-  takes the burst from libzmq and the FrameGate checks each frame of a known
-  layout, without the GIL; the first frame of a layout takes the Python path (decode, schema,
-  check_values) and registers it. The arrays' numpy views are made later, by
+  burst's first message in a blocking receive (as the learner's receiver does;
+  a message that was waited for is its burst alone), takes the burst from
+  libzmq and the FrameGate checks each frame of a known layout, without the
+  GIL, and C++ makes each such frame's `wire.Message`; the first frame of a
+  layout takes the Python path (decode, schema, check_values) and registers it. The arrays' numpy views are made later, by
   `collate` on the trainer thread, as in the learner.
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
   copy=False when it is at least pyzmq's copy threshold (64 KiB) and the
@@ -400,8 +401,10 @@ def run(opts: BenchOptions) -> BenchResult:
     result.extra["native"] = native_note
     senders = ("one C++ call (header stamp + zmq_send): copied below 64 KiB, zero-copy from a C++-owned SendBuffer above"
                if native_used else "OutMessage.finish + pyzmq send(copy=False) (C++ path unavailable: " + native_note + ")")
-    receivers = ("C++ waits for each burst's first message in a blocking receive, takes the burst from libzmq and "
-                 f"runs the FrameGate on known layouts, without the GIL ({native_note})" if native_used
+    receivers = ("C++ waits for each burst's first message in a blocking receive (a message that was waited for is "
+                 "its burst alone), takes the burst from libzmq and runs the FrameGate on known layouts, without the "
+                 "GIL, then makes each vouched frame's wire.Message in C++, with no Python per message "
+                 f"({native_note})" if native_used
                  else "pyzmq poll, recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
     steps = min(samples.items(), key=lambda kv: kv[1]["zrl_env_steps_per_s"])
     result.notes += [
