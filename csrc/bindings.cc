@@ -1094,15 +1094,15 @@ PyMethodDef kSendFrameDef = {
     "frame[:total] on the libzmq socket at address `socket` (pyzmq's Socket.underlying): a SendBuffer "
     "without a copy (libzmq holds it until sent: see SendBuffer.in_flight), anything else copied."};
 
-// (items, unvouched, pace) for up to `max` messages, the first waited for up to
-// wait_ms, the burst sized by *pace, which it updates (zrl::drain). An item is (message, bindings) for a frame the FrameGate vouched for:
+// (items, unvouched) for up to `max` messages, the first waited for up to wait_ms
+// (zrl::drain). An item is (message, bindings) for a frame the FrameGate vouched for:
 // a `message_type` (a subclass of MessageBase) of kind `kind`, its infos and bindings
 // from layouts[layout] = (infos, bindings, block); anything else is its payload, for
 // Python's checks, and `unvouched` counts those. A payload is bytes below copy_below,
 // else a read-only memoryview that keeps the message.
 py::tuple drain_items(const zrl::ZmqApi* api, void* socket, const zrl::FrameGate& gate, std::size_t max,
                     std::size_t copy_below, int wait_ms, const py::list& layouts, PyTypeObject* mtype,
-                    const py::handle& kind, std::size_t* pace) {
+                    const py::handle& kind) {
   // A burst of its own per call (one ZmqNative serves every gate and thread in the
   // process), its storage kept per thread: room for 64 messages is a 7 KB allocation,
   // a tenth of a small message's receive. Taken out of the cache for the call, so a
@@ -1119,7 +1119,7 @@ py::tuple drain_items(const zrl::ZmqApi* api, void* socket, const zrl::FrameGate
   int err;
   {
     py::gil_scoped_release release;
-    err = zrl::drain(*api, socket, gate, max, &burst, wait_ms, pace);
+    err = zrl::drain(*api, socket, gate, max, &burst, wait_ms);
   }
   const std::size_t n = burst.size();
   // Every message of the burst is closed on the way out, whatever happens below;
@@ -1179,33 +1179,31 @@ py::tuple drain_items(const zrl::ZmqApi* api, void* socket, const zrl::FrameGate
     }
     PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(i), item.release().ptr());
   }
-  return py::make_tuple(std::move(out), unvouched, *pace);
+  return py::make_tuple(std::move(out), unvouched);
 }
 
-// drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind, pace) ->
-// (items, unvouched, pace): the learner's receiver calls this for every burst, so it
-// is a METH_FASTCALL function (pybind11's argument conversion of nine arguments costs
+// drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) ->
+// (items, unvouched): the learner's receiver calls this for every burst, so it is a
+// METH_FASTCALL function (pybind11's argument conversion of eight arguments costs
 // ~0.3 us, as much as a small message's receive).
 PyObject* native_drain(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9) {
-    PyErr_SetString(PyExc_TypeError,
-                    "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind, pace)");
+  if (nargs != 8) {
+    PyErr_SetString(PyExc_TypeError, "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind)");
     return nullptr;
   }
   auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
   if (!api) return nullptr;
-  long long v[5];  // socket, max, copy_below, wait_ms, pace
-  const int at[5] = {0, 2, 3, 4, 8};
-  for (int k = 0; k < 5; ++k) {
-    PyObject* i = PyNumber_Index(args[at[k]]);
+  long long v[4];  // socket, max, copy_below, wait_ms
+  for (int k = 0; k < 4; ++k) {
+    PyObject* i = PyNumber_Index(args[k == 0 ? 0 : k + 1]);
     if (!i) return nullptr;
     v[k] = PyLong_AsLongLong(i);
     Py_DECREF(i);
     if (v[k] == -1 && PyErr_Occurred()) return nullptr;
   }
-  if (v[0] == 0 || v[1] < 0 || v[2] < 0 || v[3] < -1 || v[3] > INT32_MAX || v[4] < 0) {
-    PyErr_Format(PyExc_ValueError, "drain: socket %lld, max %lld, copy_below %lld, wait_ms %lld, pace %lld out of range",
-                 v[0], v[1], v[2], v[3], v[4]);
+  if (v[0] == 0 || v[1] < 0 || v[2] < 0 || v[3] < -1 || v[3] > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "drain: socket %lld, max %lld, copy_below %lld, wait_ms %lld out of range", v[0],
+                 v[1], v[2], v[3]);
     return nullptr;
   }
   if (!PyList_Check(args[5])) {
@@ -1218,11 +1216,10 @@ PyObject* native_drain(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
   }
   try {
     const auto& gate = py::cast<const zrl::FrameGate&>(py::handle(args[1]));
-    std::size_t pace = static_cast<std::size_t>(v[4]);
     return drain_items(api, reinterpret_cast<void*>(static_cast<uintptr_t>(v[0])), gate, static_cast<std::size_t>(v[1]),
                        static_cast<std::size_t>(v[2]), static_cast<int>(v[3]),
                        py::reinterpret_borrow<py::list>(args[5]), reinterpret_cast<PyTypeObject*>(args[6]),
-                       py::handle(args[7]), &pace)
+                       py::handle(args[7]))
         .release()
         .ptr();
   } catch (py::error_already_set& e) {
@@ -1237,9 +1234,8 @@ PyObject* native_drain(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
 
 PyMethodDef kDrainDef = {
     "drain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(native_drain)), METH_FASTCALL,
-    "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind, pace) -> (items, unvouched, "
-    "pace). Up to `max` messages (and `pace`: 1 to start, then what the last call gave back; see "
-    "csrc/zmq_native.h) from the libzmq socket at address `socket` (pyzmq's Socket.underlying), each checked by "
+    "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> (items, unvouched). Up to "
+    "`max` messages from the libzmq socket at address `socket` (pyzmq's Socket.underlying), each checked by "
     "the FrameGate `gate`, the first waited for up to `wait_ms` (0: not at all, -1: for ever; a blocking "
     "receive without the GIL), the rest not at all. An item is (message_type instance of kind `kind`, "
     "bindings) where the gate vouched for the frame with layouts[layout] = (infos, bindings, block), else the "
@@ -1266,7 +1262,7 @@ class ZmqNative {
     return py::reinterpret_steal<py::object>(f);
   }
 
-  // drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind, pace) as a
+  // drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) as a
   // plain CPython function bound to this library (see native_drain).
   py::object drain_function() const {
     py::capsule api(const_cast<zrl::ZmqApi*>(api_), "zrl.ZmqApi");
@@ -1302,8 +1298,8 @@ void bind_native(py::module_& m) {
                              "`socket` (pyzmq's Socket.underlying): a SendBuffer without a copy, anything else "
                              "copied.")
       .def_property_readonly("drain", &ZmqNative::drain_function,
-                             "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind, pace) "
-                             "-> (items, unvouched, pace): a burst of checked messages (see its own doc); each access "
+                             "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> "
+                             "(items, unvouched): a burst of checked messages (see its own doc); each access "
                              "makes the function anew, so keep it.");
 }
 

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -136,30 +135,27 @@ int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_
 }
 
 int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out,
-          int wait_ms, std::size_t* pace, std::int64_t alone_after_ns) {
+          int wait_ms, std::int64_t alone_after_ns) {
   out->clear();
-  const std::size_t cap = pace ? std::min(max, std::max<std::size_t>(*pace, 1)) : max;
-  out->reserve(cap);
+  out->reserve(max);
   // The wait is a blocking recv under ZMQ_RCVTIMEO (set for it, then put back): where
   // the queue is empty, libzmq then sleeps on its mailbox in one poll, where a
   // zmq_poll before a non-blocking recv makes three to four system calls.
   int saved_timeout = -1;
   std::size_t len = sizeof saved_timeout;
-  const bool wait = wait_ms != 0 && cap > 0 &&
+  const bool wait = wait_ms != 0 && max > 0 &&
                     api.getsockopt(socket, kZmqRcvTimeo, &saved_timeout, &len) == 0 &&
                     api.setsockopt(socket, kZmqRcvTimeo, &wait_ms, sizeof wait_ms) == 0;
-  bool caught_up = false;  // a receive found the queue empty, or the first had to wait
-  int err = 0;
-  while (out->size() < cap) {
+  while (out->size() < max) {
     out->emplace_back();
     Drained& d = out->back();
     api.msg_init(&d.msg);
-    const bool first_waits = wait && out->size() == 1;
+    const int flags = wait && out->size() == 1 ? 0 : kZmqDontWait;
     int rc;
     int e = 0;
     const auto start = std::chrono::steady_clock::now();  // (vDSO: tens of ns)
     do {  // (pyzmq retries an interrupted recv too)
-      rc = api.msg_recv(&d.msg, socket, first_waits ? 0 : kZmqDontWait);
+      rc = api.msg_recv(&d.msg, socket, flags);
       e = rc < 0 ? api.errno_() : 0;
     } while (rc < 0 && e == EINTR);
     // A first message that took longer than alone_after_ns came after a sleep: the
@@ -167,29 +163,18 @@ int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t ma
     // without the non-blocking receive that would find the queue empty (a poll of
     // libzmq's mailbox, and the pipe put to sleep), so the next call's blocking
     // receive goes as a plain blocking recv does.
-    const bool alone =
-        first_waits && std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(alone_after_ns);
-    if (first_waits) api.setsockopt(socket, kZmqRcvTimeo, &saved_timeout, sizeof saved_timeout);
+    const bool alone = wait && out->size() == 1 &&
+                       std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(alone_after_ns);
+    if (wait && out->size() == 1) api.setsockopt(socket, kZmqRcvTimeo, &saved_timeout, sizeof saved_timeout);
     if (rc < 0) {
       api.msg_close(&d.msg);
       out->pop_back();
-      caught_up = true;
-      err = e == EAGAIN ? 0 : e;
-      break;
+      return e == EAGAIN ? 0 : e;
     }
     d.gate = gate.check(static_cast<const uint8_t*>(api.msg_data(&d.msg)), api.msg_size(&d.msg));
-    if (alone) {
-      caught_up = true;
-      break;
-    }
+    if (alone) break;
   }
-  // The next burst's size: one while the receiver keeps up (so no burst ends in a
-  // receive that finds the queue empty: that puts libzmq's pipe to sleep, and the next
-  // message must then wake it through the mailbox, a few system calls on each side),
-  // doubling while every message of a full burst was already queued (a backlog, whose
-  // bursts then share the caller's per-call cost).
-  if (pace) *pace = caught_up ? 1 : std::min(2 * cap, std::max<std::size_t>(max, 1));
-  return err;
+  return 0;
 }
 
 }  // namespace zrl

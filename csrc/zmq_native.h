@@ -103,17 +103,13 @@ int send_zero_copy(const ZmqApi& api, void* socket, SendBlock* block, std::size_
 // other error stops it too and is returned as zmq_errno() (0 if none). A first
 // message waited for longer than alone_after_ns is the burst alone: it came to an
 // empty queue, and asking again would only find the queue empty (a system call and
-// a wake-up more per burst than a blocking recv makes). With `pace` (a receiver's
-// state from one call to the next, 1 to start), a burst takes at most *pace
-// messages, and *pace becomes 1 where this burst caught up with the queue (a
-// receive found it empty, or the first had to wait), else twice this burst's cap
-// (at most `max`). Call without the GIL.
+// a wake-up more per burst than a blocking recv makes). Call without the GIL.
 struct Drained {
   ZmqMsg msg;
   GateResult gate;
 };
 inline constexpr std::int64_t kAloneAfterNs = 2000;  // a receive of a queued message takes < 1 us
 int drain(const ZmqApi& api, void* socket, const FrameGate& gate, std::size_t max, std::vector<Drained>* out,
-          int wait_ms = 0, std::size_t* pace = nullptr, std::int64_t alone_after_ns = kAloneAfterNs);
+          int wait_ms = 0, std::int64_t alone_after_ns = kAloneAfterNs);
 
 }  // namespace zrl

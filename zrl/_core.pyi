@@ -120,7 +120,6 @@ class ZmqNative:
     @property
     def drain(
         self,
-    ) -> Callable[[int, FrameGate, int, int, int, list[Any], type[MessageBase], Any, int], tuple[list[Any], int, int]]:
-        """drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind, pace) ->
-        (items, unvouched, pace): an item is (message, bindings) for a frame the gate vouched
-        for, else its payload; pace sizes the burst (1 to start, then what the last call gave)."""
+    ) -> Callable[[int, FrameGate, int, int, int, list[Any], type[MessageBase], Any], tuple[list[Any], int]]:
+        """drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> (items, unvouched):
+        an item is (message, bindings) for a frame the gate vouched for, else its payload."""

@@ -675,7 +675,6 @@ class Gate:
         self._layouts: list[tuple[tuple[ArrayInfo, ...], dict[str, int], bytes]] = []  # by FrameGate id
         self._blocks: set[bytes] = set()
         self._native_drain = None  # ZmqNative.drain, where transport.native() is there
-        self._pace = 1  # its burst size, from one drain to the next (csrc/zmq_native.h)
         if self._fast is not None:
             from zrl import transport
 
@@ -718,10 +717,7 @@ class Gate:
         """Up to max_msgs messages from a pyzmq socket, each checked: a list of
         (message, bindings) or of the WireError that rejected it. The first message is
         waited for up to wait_ms (0: not at all; -1: for ever), the rest not at all;
-        an empty list when none came. With the C++ path a burst is one message while
-        the receiver keeps up with the stream, and doubles (up to max_msgs) while every
-        message of a burst was already queued: a burst that ends at an empty queue
-        costs libzmq a sleep and a wake-up of its pipe that a blocking recv does not."""
+        an empty list when none came."""
         native_drain = self._native_drain
         if native_drain is None:
             import zmq
@@ -739,8 +735,8 @@ class Gate:
             # C++ makes each vouched frame's (Message, bindings) with the table as it was
             # when the burst came in (a registration below that takes over a slot copies
             # the list, so this one stays as it was).
-            burst, unvouched, self._pace = native_drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW, wait_ms,
-                                                        self._layouts, Message, _TRAJECTORY, self._pace)
+            burst, unvouched = native_drain(sock.underlying, self._fast, max_msgs, RECV_COPY_BELOW, wait_ms,
+                                            self._layouts, Message, _TRAJECTORY)
         except OSError as e:  # as pyzmq's recv would raise it
             from zrl.transport import zmq_error
 

@@ -178,7 +178,7 @@ TEST_F(ZmqNativeIo, AFirstMessageThatWasWaitedForIsItsBurstAlone) {
   auto drain_all = [&](std::int64_t alone_after_ns) {
     std::size_t got = 0, bursts = 0;
     while (got < 3) {
-      EXPECT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000, nullptr, alone_after_ns), 0);
+      EXPECT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000, alone_after_ns), 0);
       if (out.empty()) return std::make_pair(got, bursts);  // (a failure: nothing within 10 s)
       got += out.size();
       ++bursts;
@@ -192,64 +192,16 @@ TEST_F(ZmqNativeIo, AFirstMessageThatWasWaitedForIsItsBurstAlone) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
   std::size_t got = 0;
   while (got < 3) {  // (over inproc a sent message is queued at once, but take no chance on one burst)
-    ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000, nullptr, std::int64_t{1} << 62), 0);
+    ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 10000, std::int64_t{1} << 62), 0);
     ASSERT_FALSE(out.empty());
     got += out.size();
     for (auto& d : out) api->msg_close(&d.msg);
   }
   EXPECT_EQ(got, 3u);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 0, nullptr, 0), 0);  // wait_ms 0: the rule does not apply
+  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 8, &out, 0, 0), 0);  // wait_ms 0: the rule does not apply
   EXPECT_EQ(out.size(), 3u);
   for (auto& d : out) api->msg_close(&d.msg);
-}
-
-TEST_F(ZmqNativeIo, APacedDrainTakesOneWhileCaughtUpAndDoublesThroughABacklog) {
-  constexpr std::int64_t kNever = std::int64_t{1} << 62;  // no receive counts as waited for
-  for (int i = 0; i < 10; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
-  std::vector<zrl::Drained> out;
-  std::size_t pace = 1;
-  std::vector<std::size_t> sizes, paces;
-  for (int call = 0; call < 4; ++call) {
-    ASSERT_EQ(zrl::drain(*api, p.pull, gate, 64, &out, 10000, &pace, kNever), 0);
-    sizes.push_back(out.size());
-    paces.push_back(pace);
-    for (auto& d : out) api->msg_close(&d.msg);
-  }
-  // 1, 2, 4 queued messages each (the pace doubles), then the last 3 and an empty queue: back to 1.
-  EXPECT_EQ(sizes, (std::vector<std::size_t>{1, 2, 4, 3}));
-  EXPECT_EQ(paces, (std::vector<std::size_t>{2, 4, 8, 1}));
-
-  // The caller's max caps the pace too.
-  for (int i = 0; i < 6; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
-  pace = 2;
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 3, &out, 10000, &pace, kNever), 0);
-  EXPECT_EQ(out.size(), 2u);
-  EXPECT_EQ(pace, 3u);
-  for (auto& d : out) api->msg_close(&d.msg);
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 3, &out, 10000, &pace, kNever), 0);
-  EXPECT_EQ(out.size(), 3u);
-  EXPECT_EQ(pace, 3u);
-  for (auto& d : out) api->msg_close(&d.msg);
-  // One left: a first message that came at once, then the queue found empty.
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 3, &out, 10000, &pace, kNever), 0);
-  EXPECT_EQ(out.size(), 1u);
-  EXPECT_EQ(pace, 1u);
-  for (auto& d : out) api->msg_close(&d.msg);
-
-  // A first message that had to be waited for (every receive counts, at 0 ns): one, and pace 1.
-  for (int i = 0; i < 2; ++i) ASSERT_EQ(zrl::send(*api, p.push, f.bytes.data(), Frame::kEnd, 0), 0);
-  pace = 8;
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 64, &out, 10000, &pace, 0), 0);
-  EXPECT_EQ(out.size(), 1u);
-  EXPECT_EQ(pace, 1u);
-  for (auto& d : out) api->msg_close(&d.msg);
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 64, &out, 0, &pace), 0);  // (the one left)
-  EXPECT_EQ(out.size(), 1u);
-  for (auto& d : out) api->msg_close(&d.msg);
-  ASSERT_EQ(zrl::drain(*api, p.pull, gate, 64, &out, 1, &pace), 0);  // nothing comes in 1 ms
-  EXPECT_TRUE(out.empty());
-  EXPECT_EQ(pace, 1u);
 }
 
 TEST_F(ZmqNativeIo, AZeroCopySendHoldsItsBlockUntilLibzmqLetsGo) {
