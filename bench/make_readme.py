@@ -74,67 +74,55 @@ class), the default config's T=20 x K=32, and an Atari chunk of 20
 observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
 raw.
 
-**Over tcp every row is at 0.9 or above; over ipc the 23 KB row is not
-(0.82-0.84), and the 2 KB and Atari rows are at about 0.9.** Since the
-evening of 11-26 each row is the median of 15 windows a side (3 per
-`--repeats`, 5 by default): a window of 0.5 s lands in one of two modes
-~1.5x apart on these shared 2-vCPU machines, and with 5 windows a row moved
-by up to 0.3 from run to run. Four such runs (an AMD EPYC with AVX-512,
-Zen 4; in one the machine was loaded, raw Atari over tcp at a third of its
-usual rate), tcp / ipc:
-- 2 KB: 0.91-1.10 / 0.88-1.00.
-- 23 KB: 0.95-0.99 / 0.82-0.84 (0.74 in the loaded run).
-- Atari: 0.99-1.07 / 0.90-0.96.
+**Every row now lands at about 0.9, above it in some runs and below in
+others; the 23 KB ipc row, the one that stayed under (0.74-0.84 on 11-26),
+came out at 0.85-0.92 on 11-27.** Each row is the median of 15 windows a
+side (3 per `--repeats`, 5 by default): a window of 0.5 s lands in one of
+two modes ~1.5x apart on these shared 2-vCPU machines. On 11-27 the machine
+(an AMD EPYC with AVX-512, Zen 4) was in a slower mode than on 11-26 (raw
+23 KB over ipc at 39-53k msg/s against 50-57k). Runs of the bench that day,
+tcp / ipc, the last figure of each list being the table below:
+- 2 KB: 0.95, 0.93, 0.88, 0.86, 0.89, 0.88 / 0.88, 0.95, 0.88, 0.91, 0.97, 1.01.
+- 23 KB: 0.93, 0.98, 1.04, 0.85, 0.97, 1.04 / 0.89, 0.85, 0.90, 0.92, 0.90, 0.86.
+- Atari: 0.90, 0.95, 0.97, 1.06, 0.85, 0.92 / 0.80, 0.88, 0.90, 0.93, 0.86, 0.89.
 
-The table is the last of them. Earlier, with 5 windows a side, every row
-landed above 0.9 in some runs and below it in others (23 KB over ipc last
-reached 1.04 in a run on 11-24), so only ranges meant much. Crossed in the
-bench's own workers (a raw sender with zrl's receiver, and the reverse), the
-23 KB ipc gap is the receiver's: 0.72-0.83 with zrl's receiver and a raw
-sender, 0.95-0.96 with zrl's sender and a raw receiver (TRANSPORT.md).
+(The first four runs had a variant of the receiver: the first two without
+its burst storage kept per thread, the next two with bursts paced to the
+queue, a change not kept; TRANSPORT.md.) On 11-26, four runs: 2 KB
+0.91-1.10 / 0.88-1.00, 23 KB 0.95-0.99 / 0.74-0.84, Atari 0.99-1.07 /
+0.90-0.96.
 
-The latest change: the receiver waited for data in a pyzmq poll and then
-drained without waiting; now it waits for a burst's first message inside
-the C++ drain, in a blocking receive. That is one `poll` system call per
-wake-up where the poll and the drain's last receive made three (counted
-with `perf stat`: 3.24 polls per 23 KB message, now 1.71, raw 1.14). In
-crossed runs (one receiver process, one sender) the 23 KB ipc receive went
-from 40k to 44k msg/s (raw 50k); in the bench the row went from 0.80 (two
-runs that morning) to 0.82-0.86. The learner's receiver does the same and
-looks at its control socket every 10 ms.
+The change on 11-27 was to the receiver, where the 23 KB ipc gap was (a raw
+sender with zrl's receiver gave 0.72-0.83, zrl's sender with a raw receiver
+0.95-0.96). `wire.Gate.drain` no longer runs Python per message: C++ makes
+each vouched frame's `wire.Message` (its fields live in the C base type
+`_core.MessageBase`), through a METH_FASTCALL `drain` whose room for a burst
+is kept per thread. And a burst whose first message had to be waited for is
+that message alone, so it does not end in a receive that finds the queue
+empty (a `poll` inside libzmq, and a pipe put to sleep that the next message
+must wake through the mailbox). The receiver's system calls per 23 KB
+message are now raw's (polls 1.19-1.22, raw 0.95-1.21; 1.70-2.03 before);
+one 23 KB message queued and drained in one process costs 1.37 µs against
+2.1-2.4 before and 1.13 for raw's `recv`. In alternating runs of that one
+row, old code against new, it moved from ~0.83 to ~0.89.
 
-What is left at 23 KB over ipc is on the receiving side, per message:
-~2.5 µs more user time and ~3 µs more system time than raw's receiver, its
-I/O thread included. Raw's never reads the payload; zrl's gate reads every
-float (no NaN or infinity) and every action (in range): ~2 µs from a cold
-cache in one process. That reading also makes the receiver's I/O thread
-slower: its next copy into a buffer that the gate has read must first pull
-those cache lines back from the other core (`perf`: 40% more samples in the
-kernel's copy). The burst's Python and `Message` add 0.4-0.8 µs, and every
-burst ends with a receive that finds the queue empty, which costs a `getpid`
-and a `poll` inside libzmq and which raw never makes. Two drains that
-lingered for more messages instead were tried and did not pay (TRANSPORT.md).
+What is left is reading: zrl's gate reads every float (no NaN or infinity)
+and every action and flag (in range) of each frame, which raw's receiver
+never touches. It reads them on the other core from the one whose I/O
+thread wrote them, and that I/O thread's next copy into the same memory
+must pull the lines back (~1 µs of the receiver's user time per 23 KB
+message, and more samples in the I/O thread's `memmove`). A gate without its
+value rules gave 0.91-0.96 against 0.84-0.95 with them. A learner reads
+every byte again when it joins a batch, so it pays this cross-core read in
+any case.
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
 included. The CPU ratio follows the throughput ratio row by row, so the gap
-is CPU per message on 2 shared cores. At 2 KB, timed in one process (11-25,
-a PUSH to an inproc PULL, queue kept short), the sender's chunk boundary
-cost 1.86 µs against 0.79 for raw's send: Python around the same C++ send,
-the bootstrap row's numpy copy (~0.55), `Layout.allocate` (~0.25) and the
-call layers (~0.2). Writing the next chunk into the frame just sent (11-25,
-later) replaced the first two with one copy of bytes within the frame: the
-recorder's whole `end_chunk` 2.3 -> 1.4 µs. The receiver adds ~0.2-0.3 (0.84
-against 0.62 in one process on 11-26). Between the two processes the gap
-comes out at two to three times that.
-
-At 566 KB the sender now costs what raw's does. The gap is on the receiver:
-- 10-15 µs more user time per message: the Python that runs once per burst
-  (poll, `Gate.drain`, the `Message`). At this size a burst is usually one
-  message, and the 566 KB copies between bursts leave the caches cold;
-- more page faults (14-24 per message over tcp, raw 11-13): glibc returns
-  the freed message buffers to the kernel, and zrl holds a burst's messages
-  together.
+is CPU per message on 2 shared cores. At 2 KB the sender's chunk boundary
+(the recorder's whole `end_chunk`, 1.4 µs in one process on 11-25) costs
+more than raw's send (0.79), and that gap doubles or triples between two
+processes.
 
 Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
@@ -158,19 +146,25 @@ loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
 step; weights written into a frame) against a plain PyTorch loop on the
 same batch already in tensors (target: at most 1.10).
 
-**Where it stands.** The table is from an AMD EPYC with AVX-512, VNNI and
-BF16 (Zen 4; 11-26, 17:12 UTC, with the weights published through
-`WeightsFrames`), with the shipped Pong config (24 envs, the
-policy acting on the first 8 ready, `actor.int8_torso: auto`):
-- **Pong actor -> sink: 0.839 of the raw env** (target 0.8), its five
-  bracketed runs 0.823-0.865; at 16:01, after the learner's receiver began
-  waiting inside `Gate.drain`, 0.858 (runs 0.839-0.877); the run before the receiver change (12:41)
-  gave 0.885 (runs 0.827-1.033), and its other rows were within a few per
-  cent of these. The same table two hours before that, before zrl's
-  AVX-512 VNNI int8 kernel (the torso ran in oneDNN's VNNI kernels), gave
-  0.784 (runs 0.771-0.806), and a sink-only re-run with the kernel 0.822 (runs
-  0.807-0.856). With a core of its own for the policy (the row "emulator on 1
-  core") the actor runs at the emulator's speed: 1.06.
+**Where it stands.** The table is from 11-27 (04:27 UTC): the same AMD
+EPYC with AVX-512, VNNI and BF16 (Zen 4) as on 11-26, in a slower mode (the
+raw Pong env at 4,624 steps/s against 6,026 on 11-26, CartPole at 119k
+against 134k), after the learner's receiver began making its messages in
+C++ (TRANSPORT.md). The 11-26 table (17:12 UTC) is kept below. With the
+shipped Pong config (24 envs, the policy acting on the first 8 ready,
+`actor.int8_torso: auto`):
+- **Pong actor -> sink: 0.771 of the raw env** (target 0.8), its five
+  bracketed runs 0.754-0.868. On 11-26 three tables gave 0.839 (runs
+  0.823-0.865), 0.858 (0.839-0.877) and 0.885 (0.827-1.033). Run again on
+  11-27, alternating the 11-26 code with this one (three bracketed runs
+  each): 0.796 and 0.937 against 0.745 and 0.886, single runs 0.71-1.00 on
+  both sides. The actor did not change, and the sink's receiver does less
+  per message than before (a Pong chunk of 8 envs, ~4.7 MB, arrives ~30
+  times a second); in this slower mode the row falls on either side of 0.8, below it
+  in this table. Before zrl's AVX-512 VNNI int8 kernel (11-26) it gave 0.784
+  (runs 0.771-0.806). With a core of its own for the policy (the row
+  "emulator on 1 core") the actor runs at the emulator's speed: 1.02 (1.05
+  on 11-26).
 - On the AVX2-only CPU of 11-25 (its table is kept below) the same row gave
   0.82 (runs 0.782-0.907), and single runs since 11-24 0.76-0.98 there: 0.8
   holds in most runs, not all. On 2 cores the emulator threads alone keep
@@ -179,11 +173,12 @@ policy acting on the first 8 ready, `actor.int8_torso: auto`):
   ~105 there: the int8 CNN and Python) is taken from them, and the raw env's
   rate drifts by tens of percent within minutes. Each ratio is therefore a
   median of actor runs bracketed by raw runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.06 for
-  Pong and 1.05 for CartPole (target at most 1.10; 0.82-1.09 across tables).
-- `zrl run` with 2 Pong actors: ~3,000-3,100 env steps/s here (~1,600-1,700 on the
-  AVX2 CPU), the learner waiting for data 11-12% of its time; CartPole's rows
-  have no target.
+- Learner update against a plain PyTorch loop on the same batch: 1.04 for
+  Pong and 1.03 for CartPole (target at most 1.10; 1.06 / 1.05 on 11-26,
+  0.82-1.09 across tables).
+- `zrl run` with 2 Pong actors: 2,454 env steps/s in this table, ~3,000-3,100
+  on 11-26 (~1,600-1,700 on the AVX2 CPU), the learner waiting for data
+  11-13% of its time; CartPole's rows have no target.
 - On a GPU (an H100, 11-26: no table here, the bench's CUDA rows need one):
   the CUDA path copies batches through pinned memory, non-blocking, and makes
   no synchronising call in the update beyond V-trace's round trip (checked by
@@ -196,6 +191,11 @@ policy acting on the first 8 ready, `actor.int8_torso: auto`):
 What moved the ratio and what did not (int8 CNN kernels, acting on the first
 envs ready, emulator threads that give way, channels-last, C++ sampling),
 each with its A/B runs: [PIPELINE.md](PIPELINE.md)."""),
+    ("pipeline_1126", """## pipeline on 11-26 (kept)
+
+The same benchmark on the same machine the day before (17:12 UTC), with the
+weights published through `WeightsFrames` and the learner's receiver
+waiting inside `Gate.drain`, before its messages were made in C++."""),
     ("pipeline_avx2", """## pipeline on an AVX2-only CPU (kept)
 
 The same benchmark on an AMD EPYC with AVX2 alone (no AVX-512, VNNI or BF16;
