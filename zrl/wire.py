@@ -717,7 +717,9 @@ class Gate:
         """Up to max_msgs messages from a pyzmq socket, each checked: a list of
         (message, bindings) or of the WireError that rejected it. The first message is
         waited for up to wait_ms (0: not at all; -1: for ever), the rest not at all;
-        an empty list when none came."""
+        an empty list when none came. With the C++ path, a first message that had to be
+        waited for comes alone (the queue was empty: asking again would cost libzmq a
+        poll, and the next message a wake-up of its pipe)."""
         native_drain = self._native_drain
         if native_drain is None:
             import zmq
