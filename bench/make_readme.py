@@ -157,8 +157,8 @@ shipped Pong config (24 envs, the policy acting on the first 8 ready,
   bracketed runs 0.754-0.868. On 11-26 three tables gave 0.839 (runs
   0.823-0.865), 0.858 (0.839-0.877) and 0.885 (0.827-1.033). Run again on
   11-27, alternating the 11-26 code with this one (three bracketed runs
-  each): 0.796 and 0.937 against 0.745 and 0.886, single runs 0.71-1.00 on
-  both sides. The actor did not change, and the sink's receiver does less
+  each, four times): 0.796, 0.937, 0.935, 0.851 against 0.745, 0.886, 0.864,
+  0.926, single runs 0.71-1.03 on both sides. The actor did not change, and the sink's receiver does less
   per message than before (a Pong chunk of 8 envs, ~4.7 MB, arrives ~30
   times a second); in this slower mode the row falls on either side of 0.8, below it
   in this table. Before zrl's AVX-512 VNNI int8 kernel (11-26) it gave 0.784
