@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "int8_gemm.h"
@@ -1022,6 +1023,26 @@ PyType_Slot kSendBufferSlots[] = {
 PyType_Spec kSendBufferSpec = {"zrl._core.SendBuffer", sizeof(SendBufferObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, kSendBufferSlots};
 
+// The METH_FASTCALL functions' integer arguments args[at[k]] into out[k], as
+// struct.pack_into takes them (anything with __index__, numpy's too), each checked
+// before the next runs: false with the Python error set.
+template <typename T, std::size_t N>
+bool index_args(PyObject* const* args, const int (&at)[N], T (&out)[N]) {
+  static_assert(std::is_same_v<T, long long> || std::is_same_v<T, unsigned long long>);
+  for (std::size_t k = 0; k < N; ++k) {
+    PyObject* i = PyNumber_Index(args[at[k]]);
+    if (!i) return false;
+    if constexpr (std::is_same_v<T, long long>) {
+      out[k] = PyLong_AsLongLong(i);
+    } else {
+      out[k] = PyLong_AsUnsignedLongLong(i);
+    }
+    Py_DECREF(i);
+    if (out[k] == static_cast<T>(-1) && PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
 // send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or zmq errno: an
 // actor sends each chunk through this, so it is a METH_FASTCALL function rather than
 // a pybind11 method (whose argument conversion costs more than the send). It stamps
@@ -1035,17 +1056,8 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
   }
   auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
   if (!api) return nullptr;
-  // Integers as struct.pack_into takes them (anything with __index__, numpy's too);
-  // each conversion is checked before the next runs.
   unsigned long long v[4];  // socket, total, seq, policy_version
-  const int at[4] = {0, 2, 3, 4};
-  for (int k = 0; k < 4; ++k) {
-    PyObject* i = PyNumber_Index(args[at[k]]);
-    if (!i) return nullptr;
-    v[k] = PyLong_AsUnsignedLongLong(i);
-    Py_DECREF(i);
-    if (v[k] == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-  }
+  if (!index_args(args, {0, 2, 3, 4}, v)) return nullptr;
   const int wait = PyObject_IsTrue(args[5]);
   if (wait < 0) return nullptr;
   void* sock = reinterpret_cast<void*>(static_cast<uintptr_t>(v[0]));
@@ -1194,13 +1206,7 @@ PyObject* native_drain(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
   auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
   if (!api) return nullptr;
   long long v[4];  // socket, max, copy_below, wait_ms
-  for (int k = 0; k < 4; ++k) {
-    PyObject* i = PyNumber_Index(args[k == 0 ? 0 : k + 1]);
-    if (!i) return nullptr;
-    v[k] = PyLong_AsLongLong(i);
-    Py_DECREF(i);
-    if (v[k] == -1 && PyErr_Occurred()) return nullptr;
-  }
+  if (!index_args(args, {0, 2, 3, 4}, v)) return nullptr;
   if (v[0] == 0 || v[1] < 0 || v[2] < 0 || v[3] < -1 || v[3] > INT32_MAX) {
     PyErr_Format(PyExc_ValueError, "drain: socket %lld, max %lld, copy_below %lld, wait_ms %lld out of range", v[0],
                  v[1], v[2], v[3]);
