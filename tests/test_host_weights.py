@@ -141,7 +141,14 @@ def test_published_frames_are_reused_but_never_one_still_held(ctx, make_learner,
             learner._publish(version, np.full(n, version, np.float32))
             return sub.poll(50) and wire.decode(sub.recv()).policy_version == version
 
+        from zmq.utils.garbage import gc as pyzmq_gc
+
         def publish_and_check(v: int) -> None:
+            # pyzmq drops its hold on a frame sent with copy=False in its garbage-collector
+            # thread, after libzmq has sent it: a moment after the subscriber has it, and
+            # later still on a loaded machine. Wait for that, so that what is counted below
+            # is reuse, not that thread's timing.
+            wait_for(lambda: not pyzmq_gc.refs, 30, "pyzmq to let go of the frames it sent")
             learner._publish(v, np.full(n, v, np.float32))
             msg = wire.decode(sub.recv())
             assert msg.policy_version == v and (msg.arrays["params"] == v).all()
