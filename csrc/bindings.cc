@@ -145,7 +145,7 @@ bool quantize_rows(const py::handle& src_obj, const py::handle& out_obj, const p
 }
 
 // One int8 layer (see int8_gemm.h): x uint8 (any shape, C-contiguous), base int64 [P], w int8
-// [J, OC, 4], offs int32 [J], scale and bias float32 [OC], out uint8 or float32 [P, OC]. Every
+// [OC / 16, J, 64] (blocks of 16 outputs x 4 bytes per run), offs int32 [J], scale and bias float32 [OC], out uint8 or float32 [P, OC]. Every
 // run base[p] + offs[j] .. + 4 must lie inside x (checked; the kernel then runs without the
 // GIL, so base and offs must not change under it). kernel: "auto" (the fastest this CPU runs),
 // or one by name, for tests ("avx512_vnni", "avx2", "portable"; a ValueError where it cannot run).
@@ -192,10 +192,9 @@ void int8_layer(const py::handle& x_obj, const py::handle& base_obj, const py::h
   want(bias, py::dtype::of<float>(), "bias");
   const bool u8 = is_dtype(out.dtype(), py::dtype::of<std::uint8_t>());
   if (!u8 && !is_dtype(out.dtype(), py::dtype::of<float>())) throw py::value_error("int8_layer: out must be uint8 or float32");
-  if (w.ndim() != 3 || w.shape(2) != 4 || base.ndim() != 1 || offs.ndim() != 1 || offs.shape(0) != w.shape(0))
-    throw py::value_error("int8_layer: expected w [J, OC, 4], base [P] and offs [J]");
-  const py::ssize_t P = base.shape(0), J = w.shape(0), OC = w.shape(1);
-  if (OC % 16 != 0) throw py::value_error("int8_layer: OC must be a multiple of 16, got " + std::to_string(OC));
+  if (w.ndim() != 3 || w.shape(2) != 64 || base.ndim() != 1 || offs.ndim() != 1 || offs.shape(0) != w.shape(1))
+    throw py::value_error("int8_layer: expected w [OC / 16, J, 64], base [P] and offs [J]");
+  const py::ssize_t P = base.shape(0), J = w.shape(1), OC = 16 * w.shape(0);
   if (scale.ndim() != 1 || scale.shape(0) != OC || bias.ndim() != 1 || bias.shape(0) != OC)
     throw py::value_error("int8_layer: scale and bias must be [OC]");
   if (out.ndim() != 2 || out.shape(0) != P || out.shape(1) != OC)

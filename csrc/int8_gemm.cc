@@ -42,9 +42,9 @@ __attribute__((target("avx2,fma"))) void layer_avx2(const std::uint8_t* x, const
     for (std::size_t oc0 = 0; oc0 < OC; oc0 += 16) {
       __m256i acc[4][2];
       for (auto& a : acc) a[0] = a[1] = _mm256_setzero_si256();
-      const std::int8_t* wp = L.w + oc0 * 4;
+      const std::int8_t* wp = L.w + oc0 * J * 4;  // this block's runs, one after the other
       for (std::size_t j = 0; j < J; ++j) {
-        const std::int8_t* wj = wp + j * OC * 4;
+        const std::int8_t* wj = wp + j * 64;
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wj));
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wj + 32));
         const std::int32_t o = L.offs[j];
@@ -97,9 +97,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void la
     for (std::size_t oc0 = 0; oc0 < OC; oc0 += 16) {
       __m512i acc[kRows];
       for (auto& a : acc) a = _mm512_setzero_si512();
-      const std::int8_t* wp = L.w + oc0 * 4;
+      const std::int8_t* wp = L.w + oc0 * J * 4;  // this block's runs, one after the other
       for (std::size_t j = 0; j < J; ++j) {
-        const __m512i w = _mm512_loadu_si512(wp + j * OC * 4);
+        const __m512i w = _mm512_loadu_si512(wp + j * 64);
         const std::int32_t o = L.offs[j];
         for (std::size_t r = 0; r < kRows; ++r) {
           std::int32_t run;
@@ -157,7 +157,7 @@ bool layer_portable(const std::uint8_t* x, const std::int64_t* base, std::size_t
       std::int32_t acc = 0;
       for (std::size_t j = 0; j < L.J; ++j) {
         const std::uint8_t* a = row + L.offs[j];
-        const std::int8_t* w = L.w + (j * L.OC + oc) * 4;
+        const std::int8_t* w = L.w + ((oc / 16) * L.J + j) * 64 + (oc % 16) * 4;
         for (int q = 0; q < 4; ++q) acc += static_cast<std::int32_t>(a[q]) * w[q];
       }
       const float y = std::fma(static_cast<float>(acc), L.scale[oc], L.bias[oc]);

@@ -262,7 +262,9 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
     rng = np.random.default_rng(5)
     x = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
     q = torch.from_numpy(rng.integers(-63, 64, (16, 4, 8, 8), dtype=np.int8))
-    packed = q.reshape(16, 4, 8, 2, 4).permute(1, 2, 3, 0, 4).reshape(-1, 16, 4).contiguous().numpy()
+    runs = q.reshape(16, 4, 8, 2, 4).permute(1, 2, 3, 0, 4).reshape(-1, 16, 4).contiguous().numpy()  # [J, OC, 4]
+    packed = cnn.int8_blocks(runs)  # [OC / 16, J, 64]
+    assert packed.shape == (1, 64, 64) and (packed[0, 5, 4 * 3:4 * 3 + 4] == runs[5, 3]).all()
     ic, ky, kx = np.meshgrid(np.arange(4), np.arange(8), np.arange(0, 8, 4), indexing="ij")
     offs = (ic * 84 * 84 + ky * 84 + kx).ravel().astype(np.int32)
     n, oy, ox = np.meshgrid(np.arange(3), np.arange(20), np.arange(20), indexing="ij")
@@ -289,16 +291,20 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
     with pytest.raises(ValueError, match="out must be"):
         _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, np.empty((len(base), 32), np.float32))
     with pytest.raises(ValueError, match="multiple of 16"):
-        _core.int8_layer(x, base, packed[:, :8].copy(), offs, scale[:8].copy(), bias[:8].copy(), 1.0, 0, np.empty((len(base), 8), np.float32))
+        cnn.int8_blocks(runs[:, :8])
+    with pytest.raises(ValueError, match=r"expected w \[OC / 16, J, 64\]"):
+        _core.int8_layer(x, base, runs, offs, scale, bias, 1.0, 0, out)  # not in blocks
+    with pytest.raises(ValueError, match="scale and bias"):
+        _core.int8_layer(x, base, np.concatenate([packed, packed]), offs, scale, bias, 1.0, 0, out)
     # base + offs past int64: the check used to wrap and let the kernel read anywhere.
     one = np.empty((1, 16), np.float32)
     for b, o in ((np.iinfo(np.int64).max - 2, 0), (np.iinfo(np.int64).min, -1)):
         with pytest.raises(ValueError, match="reach outside x"):
-            _core.int8_layer(x, np.array([b], np.int64), packed[:1].copy(), np.array([o], np.int32), scale, bias, 1.0, 0, one)
+            _core.int8_layer(x, np.array([b], np.int64), packed[:, :1].copy(), np.array([o], np.int32), scale, bias, 1.0, 0, one)
     # More than 16,579 runs of 4 could overflow the int32 sums of 255 x 127 products.
     J = 16580
     with pytest.raises(ValueError, match="int32 sums"):
-        _core.int8_layer(np.zeros(4 * J, np.uint8), np.zeros(1, np.int64), np.zeros((J, 16, 4), np.int8),
+        _core.int8_layer(np.zeros(4 * J, np.uint8), np.zeros(1, np.int64), np.zeros((1, J, 64), np.int8),
                          np.arange(0, 4 * J, 4, dtype=np.int32), scale, bias, 1.0, 0, one)
     # The dtype, not the dtype object: np.longlong is int64 (and an unpickled array's dtype is a copy).
     out2 = np.empty((len(base), 16), np.float32)
@@ -322,7 +328,7 @@ def test_the_vnni_kernel_is_exact_for_the_whole_int8_range():
     got = {}
     for kernel in ("avx512_vnni", "portable", "avx2"):
         got[kernel] = np.empty((P, OC), np.float32)
-        _core.int8_layer(x, base, w, offs, scale, bias, 1.0, 0, got[kernel], kernel=kernel)
+        _core.int8_layer(x, base, cnn.int8_blocks(w), offs, scale, bias, 1.0, 0, got[kernel], kernel=kernel)
     np.testing.assert_array_equal(got["avx512_vnni"], want.astype(np.float32))
     np.testing.assert_array_equal(got["portable"], want.astype(np.float32))
     assert not np.array_equal(got["avx2"], want.astype(np.float32))  # (why the AVX2 kernel takes weights of 63)

@@ -11,7 +11,8 @@ def int8_layer(x: npt.NDArray[np.uint8], base: npt.NDArray[np.int64], w: npt.NDA
                scale: npt.NDArray[np.float32], bias: npt.NDArray[np.float32], inv_out_scale: float, qmax: int,
                out: npt.NDArray[Any], kernel: str = "auto") -> None:
     """One int8 layer (a convolution without padding, or an FC) over P positions: acc = sum over j, q of
-    x[base[p] + offs[j] + q] * w[j, oc, q]; y = acc * scale + bias; out uint8 [P, OC]: clamp(round(y * inv_out_scale),
+    x[base[p] + offs[j] + q] * w[oc // 16, j, 4 * (oc % 16) + q] (w in blocks of 16 outputs, [OC / 16, J, 64]:
+    zrl.models.cnn.int8_blocks lays [J, OC, 4] weights out so); y = acc * scale + bias; out uint8 [P, OC]: clamp(round(y * inv_out_scale),
     0, qmax), out float32 [P, OC]: max(y, 0). AVX-512 VNNI or AVX2 where the CPU has it (int8_layer_kernels);
     kernel names one (for tests)."""
 

@@ -15,10 +15,19 @@ struct Case {
   std::vector<std::uint8_t> x;
   std::vector<std::int64_t> base;
   std::vector<std::int32_t> offs;
-  std::vector<std::int8_t> w;  // [J][OC][4]
+  std::vector<std::int8_t> w;  // [J][OC][4]: output oc's j-th run of 4 weights at (j * OC + oc) * 4
   std::vector<float> scale, bias;
   std::size_t OC = 0;
-  zrl::Int8Layer layer() const { return {w.data(), offs.size(), OC, offs.data(), scale.data(), bias.data()}; }
+  // The layer, its weights laid out in blocks of 16 outputs as the kernel reads them.
+  zrl::Int8Layer layer() {
+    const std::size_t J = offs.size();
+    blocks.assign(w.size(), 0);
+    for (std::size_t j = 0; j < J; ++j)
+      for (std::size_t oc = 0; oc < OC; ++oc)
+        for (std::size_t q = 0; q < 4; ++q) blocks[((oc / 16) * J + j) * 64 + (oc % 16) * 4 + q] = w[(j * OC + oc) * 4 + q];
+    return {blocks.data(), J, OC, offs.data(), scale.data(), bias.data()};
+  }
+  std::vector<std::int8_t> blocks;  // [OC / 16][J][16][4], made by layer()
 };
 
 // An FC on P rows of K bytes: base p * K, runs 4 j; weights and inputs in the range the kernel

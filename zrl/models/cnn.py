@@ -129,6 +129,16 @@ def native_int8_layers() -> bool:
     return kernel == "avx512_vnni" or (kernel == "avx2" and not int8_dot_products())
 
 
+def int8_blocks(w: np.ndarray) -> np.ndarray:
+    """int8 weights [J, OC, 4] (output oc's j-th run of 4 input bytes at [j, oc]) laid out as
+    `_core.int8_layer` reads them: [OC / 16, J, 64], blocks of 16 outputs whose runs follow one
+    another, so that a tile of the kernel streams its weights."""
+    j, oc, four = w.shape
+    if four != 4 or oc % 16:
+        raise ValueError(f"int8_blocks: expected [J, OC, 4] with OC a multiple of 16, got {w.shape}")
+    return np.ascontiguousarray(w.reshape(j, oc // 16, 64).transpose(1, 0, 2))
+
+
 def quantize_conv_weight(conv: nn.Conv2d, whose: str) -> tuple[torch.Tensor, torch.Tensor]:
     """A conv's weights in int8 per output channel: (round(W / s) in +-int8_weight_max(), the
     scales s = max|W| / int8_weight_max()). Raises ValueError, naming `whose` weights, if any
@@ -440,13 +450,13 @@ class Int8Torso:
         self._packed, self._w_scales = [], []
         for i, (conv, geometry) in enumerate(zip(self.convs, self._geometry)):
             q, scales = quantize_conv_weight(conv, "the CNN's")
-            if self._native:  # [J, OC, 4], as _core.int8_layer reads them
+            if self._native:  # [J, OC, 4], then in blocks of 16 outputs (int8_blocks)
                 oc, ic, kh, kw = q.shape
                 if i == 0:  # j over (ic, ky, kx / 4): runs of 4 along the kernel's width
                     w = q.reshape(oc, ic, kh, kw // 4, 4).permute(1, 2, 3, 0, 4)
                 else:  # j over (ky, kx, ic / 4): runs of 4 channels
                     w = q.reshape(oc, ic // 4, 4, kh, kw).permute(3, 4, 1, 0, 2)
-                self._packed.append(w.reshape(-1, oc, 4).contiguous().numpy())
+                self._packed.append(int8_blocks(w.reshape(-1, oc, 4).contiguous().numpy()))
             else:  # the input scale given here is not baked in: each call passes its own
                 self._packed.append(torch.ops.onednn.qconv_prepack(q, scales, 1.0, 0, *geometry, None))
             self._w_scales.append(scales)
@@ -464,8 +474,10 @@ class Int8Torso:
         # this int8 transpose takes about half of torch's (Pong's FC on AVX2: ~0.25 ms).
         cols = np.ascontiguousarray(q.numpy().transpose(0, 2, 3, 1)).reshape(rows, -1)  # [hidden, K]
         if self._native:
-            # [K / 4, hidden, 4]: the runs of 4 channels at each (h, w), transposed as int32s.
-            self._fc_q = np.ascontiguousarray(cols.view(np.int32).T).view(np.int8).reshape(-1, rows, 4)
+            # [hidden / 16, K / 4, 64] (int8_blocks): each block of 16 outputs' runs of 4 channels
+            # at each (h, w), transposed as int32s.
+            runs = cols.view(np.int32).reshape(rows // 16, 16, -1)
+            self._fc_q = np.ascontiguousarray(runs.transpose(0, 2, 1)).view(np.int8).reshape(rows // 16, -1, 64)
         elif self._int_mm:
             self._fc_q = torch.from_numpy(cols).t()  # [K, hidden], the layout torch._int_mm reads fastest
         else:
