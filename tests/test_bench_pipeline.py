@@ -77,8 +77,9 @@ def test_learner_overhead_on_a_gpu(from_host, prefetch):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name, overrides", [
     ("CartPole", ["actor.num_envs=4"]),
-    # A `zrl actor` acting on the first 2 of 6 envs ready (actor.env_batching first_ready)
-    ("Pong", ["actor.num_envs=6", "actor.env_groups=3", "actor.env_batching=first_ready", "actor.unroll_length=5"]),
+    # A `zrl actor` acting on the first 4 of 6 envs ready (actor.env_batching first_ready, actor.act_batch),
+    # its chunks 3 groups of 2
+    ("Pong", ["actor.num_envs=6", "actor.env_groups=3", "actor.env_batching=first_ready", "actor.act_batch=4", "actor.unroll_length=5"]),
 ])
 def test_actor_sink_rate_measures_a_real_actor_and_leaves_no_temp_dir(tmp_path, monkeypatch, name, overrides):
     # The sink's ipc endpoint lives in a temp dir of its own: the bench removes it when done.

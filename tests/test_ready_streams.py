@@ -161,6 +161,9 @@ def test_first_ready_needs_ale_pys_vector_env():
         make_ready_env(cfg, 4, 2, 0)
     with pytest.raises(ConfigError, match="actor.env_batching: must be groups or first_ready"):
         load_config(None, ["actor.env_batching=fastest"])
+    for bad in (-1, 4, 5):
+        with pytest.raises(ConfigError, match=r"actor.act_batch: must be 0 \(a chunk's width\) or 1 to actor.num_envs - 1 \(3\)"):
+            load_config(None, ["actor.num_envs=4", f"actor.act_batch={bad}"])
 
 
 def test_ale_batches_are_the_envs_that_finished_first_and_ids_name_them():
@@ -200,10 +203,12 @@ def test_ale_batches_are_the_envs_that_finished_first_and_ids_name_them():
         env.close()
 
 
-def test_a_first_ready_pong_actors_chunks_are_each_envs_frames_in_order():
+@pytest.mark.parametrize("batch", [2, 3])
+def test_a_first_ready_pong_actors_chunks_are_each_envs_frames_in_order(batch):
     # The real env, policy and recorder, as the actor's loop runs them. A column of a chunk is one
     # env's steps in order: each observation's frame stack is the one before shifted by a frame
     # (unless an episode ended), and a chunk starts where the column's previous chunk ended.
+    # The policy acts on the first `batch` envs ready: a chunk's width (2), or not (actor.act_batch 3).
     pytest.importorskip("ale_py.vector_env", reason="ale-py (with AtariVectorEnv) is not installed")
     from zrl import wire
     from zrl.actors.actor import make_ready_env
@@ -215,7 +220,7 @@ def test_a_first_ready_pong_actors_chunks_are_each_envs_frames_in_order():
     cfg = load_config(PONG_CONFIG, [f"actor.num_envs={W * G}", f"actor.env_groups={G}", "actor.env_batching=first_ready",
                                     f"actor.unroll_length={T}", "env.max_episode_frames=60", "actor.int8_torso=false",
                                     "actor.int8_first_conv=false", "actor.precision=fp32"])
-    env = make_ready_env(cfg, W * G, W, 0)
+    env = make_ready_env(cfg, W * G, batch, 0)
     try:
         algo = algorithms.get("impala")(cfg, env.observation_spec, env.action_spec)
         model = algo.build_model().eval()

@@ -288,6 +288,11 @@ class ActorConfig:
     never wait for the slowest env of a group while the policy runs; chunks are still
     the fixed groups' (zrl.actors.streams). On 2 cores with Pong (24 envs, batches of
     8) the emulator threads idle ~0.02 cores against ~0.2 for 3 fixed groups."""
+    act_batch: int = 0
+    """With env_batching first_ready: how many envs the policy acts on at once, the first
+    that many to finish a step (0: K / env_groups, a chunk's width; else 1 to K - 1).
+    Chunks stay the fixed groups' whatever it is. Larger batches spread the actor
+    thread's per-batch work (Python, the policy's fixed costs) over more env steps."""
     backpressure: str = "block"
     """When the learner cannot take more data: block (stop stepping until it can) or
     drop (keep stepping, drop the chunk, count it). Either way memory stays flat."""
@@ -335,6 +340,8 @@ class ActorConfig:
         _check(self.env_groups >= 1 and self.num_envs % self.env_groups == 0, "actor.env_groups",
                f"must be >= 1 and divide actor.num_envs ({self.num_envs}); got {self.env_groups}")
         _check(self.num_envs >= 1, "actor.num_envs", "must be >= 1")
+        _check(self.act_batch == 0 or 1 <= self.act_batch < self.num_envs, "actor.act_batch",
+               f"must be 0 (a chunk's width) or 1 to actor.num_envs - 1 ({self.num_envs - 1}); got {self.act_batch}")
         _check(self.unroll_length >= 1, "actor.unroll_length", "must be >= 1")
         _check(self.send_hwm >= 1, "actor.send_hwm", "must be >= 1")
         _check(self.torch_threads >= 1, "actor.torch_threads", "must be >= 1")

@@ -217,7 +217,9 @@ class LearnerLink:
     def poll_weights(self) -> None:
         """Applies only the newest weights that arrived; never blocks. Raises LearnerFinished on SHUTDOWN."""
         newest = None
-        while True:
+        # Asked through ZMQ_EVENTS: a non-blocking recv on an empty socket raises zmq.Again,
+        # and making that exception cost more than the rest of this call (it runs per batch).
+        while self.sub.get(zmq.EVENTS) & zmq.POLLIN:
             try:
                 frame = self.sub.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -410,8 +412,9 @@ class Actor:
         envs = []
         ready = cfg.actor.env_batching == "first_ready" and G > 1  # (one group: the same as groups)
         try:
+            batch = cfg.actor.act_batch or width  # (first_ready) envs per act() call
             if ready:
-                envs = [make_ready_env(cfg, K, width, seed)]
+                envs = [make_ready_env(cfg, K, batch, seed)]
             else:
                 envs = [make_vector_env(cfg.env, width, seed + g * width) for g in range(G)]
             obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
@@ -446,7 +449,7 @@ class Actor:
             what = "evaluating greedily" if self.eval_mode else "acting"
             groups = f" in {G} groups" if G > 1 else ""
             if ready:
-                groups = f", acting on the first {width} ready, chunks of {G} fixed groups"
+                groups = f", acting on the first {batch} ready, chunks of {G} fixed groups of {width}"
             self._say(f"connected to {self.learner}: {K} x {cfg.env.id}{groups}, {what} ({precision}), policy version {self.policy_version}")
             if ready:
                 return self._loop_ready(envs[0], ReadyStreams(policy, self.recorders, width), sender)
@@ -562,12 +565,12 @@ class _EpisodeStats:
             self.last = now
 
 
-def make_ready_env(cfg: Config, num_envs: int, width: int, seed: int):
+def make_ready_env(cfg: Config, num_envs: int, batch: int, seed: int):
     """actor.env_batching first_ready's env: the K envs in one ale_py AtariVectorEnv that returns
-    batches of the first `width` to finish. ConfigError where the env is not ale_vector's."""
+    batches of the first `batch` to finish. ConfigError where the env is not ale_vector's."""
     from zrl.envs.atari import AleVectorEnv, uses_ale_vector
 
     if not uses_ale_vector(cfg.env):
         raise ConfigError(f"actor.env_batching: first_ready needs ale_py's AtariVectorEnv (an Atari env.id with env.backend "
                           f"auto or ale_vector), not {cfg.env.id!r} with backend {cfg.env.backend}; use groups")
-    return AleVectorEnv(cfg.env, num_envs, seed, batch_size=width)
+    return AleVectorEnv(cfg.env, num_envs, seed, batch_size=batch)
