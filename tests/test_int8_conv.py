@@ -347,6 +347,55 @@ def test_int8_torso_acts_like_the_float_policy():
     assert kl.max() < 1e-3, kl
 
 
+@needs_int8
+def test_an_int8_actors_act_runs_without_torch_and_follows_the_weights(monkeypatch):
+    # ImpalaPolicy.act with a native Int8Torso: the torso's features and the head in numpy
+    # (ActorCritic.int8_logits), the same policy as the torch path, and the head's fp32 copy
+    # renewed whenever the weights change (through the parameters or the flat buffer).
+    from zrl.learner.algorithms.impala import ImpalaPolicy
+
+    model = pong_model(dtype=torch.bfloat16)
+    if _core.int8_layer_kernels()[0] != "avx512_vnni":
+        monkeypatch.setattr(cnn, "int8_weight_max", lambda: 63)  # the range zrl's AVX2 kernel takes
+    model.pi_torso.int8_torso = cnn.Int8Torso(model.pi_torso)
+    model.pi_torso.int8_torso._native = True  # zrl's kernel wherever the test runs
+    flat = flatten_parameters(model)
+    with torch.no_grad():
+        model.head.linear.weight.normal_(0, 0.05)  # (the orthogonal init's 0.01 leaves logits near 0)
+    x = frames(16, seed=3)
+    with torch.inference_mode():
+        want = torch.log_softmax(model.policy_float(x), -1).numpy()
+    logits = model.int8_logits(x.numpy())
+    assert logits.dtype == np.float32 and logits.shape == (16, 6)
+    got = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    kl = (np.exp(want) * (want - got)).sum(-1)
+    assert kl.max() < 1e-3, kl  # each call calibrates anew (warm-up): the two paths' scales differ a little
+
+    policy = ImpalaPolicy(model)
+    monkeypatch.setattr(model, "policy_float", lambda obs: pytest.fail("act() took the torch path"))
+    torch.manual_seed(1)
+    a1, e1 = policy.act(x.numpy())
+    torch.manual_seed(1)
+    a2, e2 = policy.act(x.numpy())
+    np.testing.assert_array_equal(a1, a2)  # the uniforms come from torch's generator
+    assert a1.dtype == np.int64 and e1["behaviour_logp"].dtype == np.float32 and (e1["behaviour_logp"] <= 0).all()
+
+    def head(feats):
+        w, b = model.head.linear.weight.detach().float().numpy(), model.head.linear.bias.detach().float().numpy()
+        return feats @ w.T + b
+
+    with torch.no_grad():
+        model.head.linear.bias[2] += 3.0  # in place through the parameter
+    feats = model.pi_torso.int8_torso.features(x.numpy())
+    np.testing.assert_allclose(model.int8_logits(x.numpy()), head(feats), rtol=1e-4, atol=1e-4)
+    generation = model.pi_torso.int8_torso.generation
+    flat.mul_(1.5)  # what LearnerLink does to apply new weights: a copy into the flat buffer
+    logits = model.int8_logits(x.numpy())
+    assert model.pi_torso.int8_torso.generation == generation + 1  # requantized, and the head copied again
+    np.testing.assert_allclose(logits, head(model.pi_torso.int8_torso.features(x.numpy())), rtol=1e-3, atol=1e-3)
+    assert model.int8_logits(x.numpy().astype(np.float32)) is None  # not uint8 frames: the torch path
+
+
 def int8_pong(warmup: int):
     """Pong's policy with its int8 torso (calibrating on each of its first `warmup` calls): the
     model, its flat parameter buffer (as LearnerLink writes weights) and the torso."""

@@ -209,6 +209,7 @@ class ActorCritic(nn.Module):
         if self.recurrent:
             out = cfg.lstm_size
         self.head = make_head(out, action_spec)
+        self._head_f32: tuple | None = None  # int8_logits: (key, head weights [hidden, n], bias [n]) in float32
         self.value = nn.Linear(out, 1)
         nn.init.orthogonal_(self.value.weight, 1.0)
         nn.init.zeros_(self.value.bias)
@@ -237,6 +238,29 @@ class ActorCritic(nn.Module):
     def policy_float(self, obs: torch.Tensor) -> torch.Tensor:
         """Policy parameters in float32, the head computed in fp32 whatever the model's dtype."""
         return self.head.forward_float(self.pi_torso(self._flat(obs)))
+
+    def int8_logits(self, obs: np.ndarray) -> np.ndarray | None:
+        """An actor's logits, float32 [N, n] numpy, from uint8 frames [N, C, H, W] (numpy), where
+        the torso is an Int8Torso running in zrl's own kernel and the head is categorical: the
+        torso's features stay float32 numpy and the head runs in numpy (its weights copied in
+        fp32 after each change the torso sees), with no torch op per call. Next to an actor's
+        emulator threads the torch calls around the kernel (modules, dtype casts, inference
+        mode) cost about as much CPU as the convolutions. None where this does not apply
+        (then policy_float)."""
+        int8 = getattr(self.pi_torso, "int8_torso", None)
+        if (int8 is None or not int8.native or self.recurrent or not isinstance(self.head, CategoricalHead)
+                or obs.dtype != np.uint8 or obs.ndim != 4 or not obs.flags.c_contiguous):
+            return None
+        feats = int8.features(obs)
+        lin = self.head.linear
+        key = (int8.generation, lin.weight.data_ptr(), lin.weight._version, lin.bias.data_ptr(), lin.bias._version)
+        if self._head_f32 is None or self._head_f32[0] != key:
+            w = np.ascontiguousarray(lin.weight.detach().float().numpy().T)  # [hidden, n]
+            self._head_f32 = (key, w, lin.bias.detach().float().numpy().copy())
+        _, w, b = self._head_f32
+        logits = feats @ w
+        logits += b
+        return logits
 
     def value_only(self, obs: torch.Tensor) -> torch.Tensor:
         x = self._flat(obs)

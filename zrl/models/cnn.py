@@ -326,6 +326,7 @@ class Int8Torso:
         self._largest: list[float] = []  # per conv: its largest float output, a running maximum
         self._keep = 1.0  # the share of _largest the next calibration keeps (carry after a weights change)
         self._calls_ever = 0
+        self.generation = 0  # how many times the weights were quantized (each change seen)
         # The FC's int8 product: torch._int_mm where the CPU has int8 dot products (measured
         # fastest there); oneDNN's int8 linear elsewhere (_int_mm is ~15x slower than it on AVX2).
         self._int_mm = int8_dot_products()
@@ -395,7 +396,7 @@ class Int8Torso:
             self._bases[n] = bases
         return bases
 
-    def _native_run(self, x: np.ndarray, calibrate: bool) -> torch.Tensor:
+    def _native_run(self, x: np.ndarray, calibrate: bool) -> np.ndarray:
         """Native: the torso on uint8 pixels [N, C, H, W]; with calibrate, first sets each layer's
         output scale from a float pass over x (as _calibrate does)."""
         n = x.shape[0]
@@ -410,7 +411,7 @@ class Int8Torso:
         w, offs, scale, bias = self._native_fc
         y = np.empty((n, len(scale)), np.float32)
         _core.int8_layer(x.reshape(n, -1), bases[-1], w, offs, scale, bias, 1.0, 0, y)
-        return torch.from_numpy(y).to(self.fc.weight.dtype)
+        return y
 
     def _native_calibrate(self, x: np.ndarray, bases: list[np.ndarray]) -> np.ndarray:
         """Native: each layer's output scale from a float pass (its largest output x margin maps
@@ -447,6 +448,7 @@ class Int8Torso:
         return self._seen != tuple((p.data_ptr(), p._version) for p in self._params) or not torch.equal(self._first, self.convs[0].weight)
 
     def _quantize(self) -> None:
+        self.generation += 1
         self._packed, self._w_scales = [], []
         for i, (conv, geometry) in enumerate(zip(self.convs, self._geometry)):
             q, scales = quantize_conv_weight(conv, "the CNN's")
@@ -510,13 +512,19 @@ class Int8Torso:
         self._fc_scales = self._fc_w_scales * self._x_scales[-1]
         self._keep = 1.0
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """uint8 [N, C, H, W] -> the torso's features, in the FC's dtype."""
+    @property
+    def native(self) -> bool:
+        """Whether every layer runs in zrl's own kernel (so `features` can be called)."""
+        return self._native
+
+    def _prepare(self, shape: tuple[int, ...]) -> bool:
+        """Before a call on frames [N, *shape]: quantizes on the first call and after the
+        weights changed; returns whether this call calibrates."""
         if self._seen is None:  # the first call: the layers' shapes
             if self._native:
-                self._make_plan(*obs.shape[1:])
+                self._make_plan(*shape)
             else:
-                h, w = obs.shape[2:]
+                h, w = shape[1:]
                 for conv in self.convs:
                     h, w = ((size + 2 * p - d * (k - 1) - 1) // st + 1 for size, p, d, k, st in
                             zip((h, w), conv.padding, conv.dilation, conv.kernel_size, conv.stride))
@@ -529,8 +537,20 @@ class Int8Torso:
         calibrate = fresh or self._calls % self.recalibrate_every == 0 or self._calls_ever < self.warmup
         self._calls += 1
         self._calls_ever += 1
+        return calibrate
+
+    def features(self, obs: np.ndarray) -> np.ndarray:
+        """Native only (`native`): uint8 frames [N, C, H, W] (C-contiguous numpy) -> the torso's
+        features, float32 [N, hidden] numpy, with no torch op on the way (an actor's act())."""
+        if not self._native:
+            raise RuntimeError("Int8Torso.features: only where every layer runs in zrl's kernel (native)")
+        return self._native_run(obs, self._prepare(obs.shape[1:]))
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """uint8 [N, C, H, W] -> the torso's features, in the FC's dtype."""
+        calibrate = self._prepare(tuple(obs.shape[1:]))
         if self._native:
-            return self._native_run(obs.contiguous().numpy(), calibrate)
+            return torch.from_numpy(self._native_run(obs.contiguous().numpy(), calibrate)).to(self.fc.weight.dtype)
         x = conv_input(obs, torch.uint8)
         if calibrate:
             self._calibrate(x)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from zrl import spaces, wire
+from zrl import _core, spaces, wire
 from zrl.config import Config, ImpalaConfig
 from zrl.envs import Step
 from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, Sender
@@ -60,6 +60,13 @@ class ImpalaPolicy(Policy):
         return params.float(), tuple(s.float().numpy() for s in new)
 
     def act(self, obs: np.ndarray, state=None):
+        if state is None:
+            logits = self.model.int8_logits(obs)  # an int8 actor's path without torch ops (else None)
+            if logits is not None:
+                # As CategoricalHead.sample_with_log_prob: uniforms from torch's generator.
+                u = torch.rand(logits.shape[0], dtype=torch.float64)
+                action, logp = _core.sample_categorical(logits, u.numpy())
+                return action, {"behaviour_logp": logp}
         with torch.inference_mode():
             params, new = self._forward(obs, state)
             action, logp = self.model.head.sample_with_log_prob(params)
@@ -77,6 +84,13 @@ class ImpalaEvalPolicy(ImpalaPolicy):
         self.greedy = greedy
 
     def act(self, obs: np.ndarray, state=None):
+        if state is None:
+            logits = self.model.int8_logits(obs)  # an int8 actor's path without torch ops (else None)
+            if logits is not None:
+                # As CategoricalHead.sample_with_log_prob: uniforms from torch's generator.
+                u = torch.rand(logits.shape[0], dtype=torch.float64)
+                action, logp = _core.sample_categorical(logits, u.numpy())
+                return action, {"behaviour_logp": logp}
         with torch.inference_mode():
             params, new = self._forward(obs, state)
             head = self.model.head
