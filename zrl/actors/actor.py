@@ -492,7 +492,7 @@ class Actor:
             for frame in frames:
                 self.link.send(frame, drop=stats.drop)
             self.env_steps += width
-            stats.add(slice(g * width, (g + 1) * width), step.reward, step.terminated | step.truncated)
+            stats.add(range(g * width, (g + 1) * width), step.reward.tolist(), (step.terminated | step.truncated).tolist())
             g = (g + 1) % G
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
@@ -517,12 +517,12 @@ class Actor:
             env.step_async(streams.act(step.env_ids, step.obs))
             for frame in frames:
                 self.link.send(frame, drop=stats.drop)
-            done = step.terminated | step.truncated
-            if stepped.all():
-                stats.add(step.env_ids, step.reward, done)
-            else:  # some rows were first observations
-                stats.add(step.env_ids[stepped], step.reward[stepped], done[stepped])
-            self.env_steps += int(stepped.sum())
+            # In Python lists: a batch is a few rows, and numpy's per-call cost (several calls
+            # per batch) was most of this bookkeeping's next to the emulator threads.
+            rows = stepped.tolist()  # False: an env's first observation, not a step
+            done = (step.terminated | step.truncated).tolist()
+            stats.add(step.env_ids.tolist(), step.reward.tolist(), done, rows)
+            self.env_steps += sum(rows)
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps
@@ -539,22 +539,25 @@ class _EpisodeStats:
         self.drop = actor.config.actor.backpressure == "drop"
         self.bp_names = (f"actor{actor.index}/blocked_s", f"actor{actor.index}/dropped_chunks")
         self.every = actor.config.actor.stats_interval_s
-        self.ret = np.zeros(num_envs, np.float64)
-        self.len = np.zeros(num_envs, np.int64)
+        self.ret = [0.0] * num_envs
+        self.len = [0] * num_envs
         self.done_ret: list[float] = []
         self.done_len: list[float] = []
         self.last = time.monotonic()
 
-    def add(self, envs, reward: np.ndarray, done: np.ndarray) -> None:
-        """One step of `envs` (a slice or an index array): its rewards and episode ends."""
-        self.ret[envs] += reward
-        self.len[envs] += 1
-        if done.any():
-            ended = np.arange(len(self.ret))[envs][done]
-            self.done_ret += self.ret[ended].tolist()
-            self.done_len += self.len[ended].astype(np.float64).tolist()
-            self.ret[ended] = 0.0
-            self.len[ended] = 0
+    def add(self, envs, reward: list[float], done: list[bool], stepped: list[bool] | None = None) -> None:
+        """One step of each env in `envs` (env indices): its reward and whether its episode
+        ended; rows whose `stepped` is False (an env's first observation) are left out."""
+        ret, length = self.ret, self.len
+        for i, (k, r, d) in enumerate(zip(envs, reward, done)):
+            if stepped is not None and not stepped[i]:
+                continue
+            ret[k] += r
+            length[k] += 1
+            if d:
+                self.done_ret.append(ret[k])
+                self.done_len.append(float(length[k]))
+                ret[k], length[k] = 0.0, 0
         now = time.monotonic()
         if self.done_ret and now - self.last >= self.every:
             link = self.actor.link
