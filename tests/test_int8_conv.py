@@ -352,7 +352,7 @@ def test_an_int8_actors_act_runs_without_torch_and_follows_the_weights(monkeypat
     # ImpalaPolicy.act with a native Int8Torso: the torso's features and the head in numpy
     # (ActorCritic.int8_logits), the same policy as the torch path, and the head's fp32 copy
     # renewed whenever the weights change (through the parameters or the flat buffer).
-    from zrl.learner.algorithms.impala import ImpalaPolicy
+    from zrl.learner.algorithms.impala import ImpalaEvalPolicy, ImpalaPolicy
 
     model = pong_model(dtype=torch.bfloat16)
     if _core.int8_layer_kernels()[0] != "avx512_vnni":
@@ -371,6 +371,10 @@ def test_an_int8_actors_act_runs_without_torch_and_follows_the_weights(monkeypat
     kl = (np.exp(want) * (want - got)).sum(-1)
     assert kl.max() < 1e-3, kl  # each call calibrates anew (warm-up): the two paths' scales differ a little
 
+    greedy, extras = ImpalaEvalPolicy(model, greedy=True).act(x.numpy())  # evaluation: the mode, nothing recorded
+    with torch.inference_mode():
+        np.testing.assert_array_equal(greedy, model.policy_float(x).argmax(-1).numpy())
+    assert extras == {}
     policy = ImpalaPolicy(model)
     monkeypatch.setattr(model, "policy_float", lambda obs: pytest.fail("act() took the torch path"))
     torch.manual_seed(1)

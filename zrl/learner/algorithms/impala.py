@@ -84,13 +84,6 @@ class ImpalaEvalPolicy(ImpalaPolicy):
         self.greedy = greedy
 
     def act(self, obs: np.ndarray, state=None):
-        if state is None:
-            logits = self.model.int8_logits(obs)  # an int8 actor's path without torch ops (else None)
-            if logits is not None:
-                # As CategoricalHead.sample_with_log_prob: uniforms from torch's generator.
-                u = torch.rand(logits.shape[0], dtype=torch.float64)
-                action, logp = _core.sample_categorical(logits, u.numpy())
-                return action, {"behaviour_logp": logp}
         with torch.inference_mode():
             params, new = self._forward(obs, state)
             head = self.model.head
