@@ -146,39 +146,41 @@ loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
 step; weights written into a frame) against a plain PyTorch loop on the
 same batch already in tensors (target: at most 1.10).
 
-**Where it stands.** The table is from 11-27 (04:27 UTC): the same AMD
+**Where it stands.** The table is from 11-27 (07:05 UTC): the same AMD
 EPYC with AVX-512, VNNI and BF16 (Zen 4) as on 11-26, in a slower mode (the
-raw Pong env at 4,624 steps/s against 6,026 on 11-26, CartPole at 119k
-against 134k), after the learner's receiver began making its messages in
-C++ (TRANSPORT.md). The 11-26 table (17:12 UTC) is kept below. With the
-shipped Pong config (24 envs, the policy acting on the first 8 ready,
-`actor.int8_torso: auto`):
-- **Pong actor -> sink: 0.771 of the raw env** (target 0.8), its five
-  bracketed runs 0.754-0.868. On 11-26 three tables gave 0.839 (runs
-  0.823-0.865), 0.858 (0.839-0.877) and 0.885 (0.827-1.033). Run again on
-  11-27, alternating the 11-26 code with this one (three bracketed runs
-  each, four times): 0.796, 0.937, 0.935, 0.851 against 0.745, 0.886, 0.864,
-  0.926, single runs 0.71-1.03 on both sides. The actor did not change, and the sink's receiver does less
-  per message than before (a Pong chunk of 8 envs, ~4.7 MB, arrives ~30
-  times a second); in this slower mode the row falls on either side of 0.8, below it
-  in this table. Before zrl's AVX-512 VNNI int8 kernel (11-26) it gave 0.784
-  (runs 0.771-0.806). With a core of its own for the policy (the row
-  "emulator on 1 core") the actor runs at the emulator's speed: 1.02 (1.05
-  on 11-26).
-- On the AVX2-only CPU of 11-25 (its table is kept below) the same row gave
-  0.82 (runs 0.782-0.907), and single runs since 11-24 0.76-0.98 there: 0.8
-  holds in most runs, not all. On 2 cores the emulator threads alone keep
-  both cores busy (~320 µs of CPU per env step here, ~500-700 there), so
-  every µs the actor's own thread spends acting (~59 µs per env step here,
-  ~105 there: the int8 CNN and Python) is taken from them, and the raw env's
-  rate drifts by tens of percent within minutes. Each ratio is therefore a
+raw Pong env at 4,162 steps/s against 6,026 on 11-26, CartPole at 98k
+against 134k), after three changes to the actor's own CPU (PIPELINE.md,
+"the actor's own CPU, cut by a third"): the int8 kernel reads its weights
+in blocks of 16 outputs (Pong's FC inside the actor ~175-300 -> ~75-90 µs
+per call), act() runs no torch op around the int8 torso, and the episode
+statistics are kept in Python lists. The actor thread's CPU per env step
+went from ~99-125 µs to ~77 µs in this mode. The 11-26 table (17:12 UTC) is
+kept below. With the shipped Pong config (24 envs, the policy acting on the
+first 8 ready, `actor.int8_torso: auto`):
+- **Pong actor -> sink: 0.939 of the raw env** (target 0.8), its five
+  bracketed runs 0.863-1.085: all five above 0.8. The table before these
+  changes, 3 hours earlier on the same machine, gave 0.771 (runs
+  0.754-0.868); on 11-26 three tables gave 0.839, 0.858 and 0.885. Single
+  runs spread widely here (alternating runs of the code before and after the
+  FC change gave 0.80-0.93 on both sides), so the table's median, not one
+  run, is the figure. With a core of its own for the policy (the row
+  "emulator on 1 core") the actor runs at the emulator's speed: 1.03.
+- On the AVX2-only CPU of 11-25 (its table is kept below, from before these
+  changes) the same row gave 0.82 (runs 0.782-0.907), and single runs since
+  11-24 0.76-0.98 there; the changes above have not been run there. On 2
+  cores the emulator threads alone keep both cores busy (~320-470 µs of CPU
+  per env step here, depending on the machine's mode, ~500-700 there), so
+  every µs the actor's own thread spends acting (~60-80 µs per env step here
+  now, ~105 there: the int8 CNN and Python) is taken from them, and the raw
+  env's rate drifts by tens of percent within minutes. Each ratio is therefore a
   median of actor runs bracketed by raw runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.04 for
-  Pong and 1.03 for CartPole (target at most 1.10; 1.06 / 1.05 on 11-26,
-  0.82-1.09 across tables).
-- `zrl run` with 2 Pong actors: 2,454 env steps/s in this table, ~3,000-3,100
-  on 11-26 (~1,600-1,700 on the AVX2 CPU), the learner waiting for data
-  11-13% of its time; CartPole's rows have no target.
+- Learner update against a plain PyTorch loop on the same batch: 1.07 for
+  Pong and 1.04 for CartPole (target at most 1.10; 1.04 / 1.03 in the
+  table before, 1.06 / 1.05 on 11-26, 0.82-1.09 across tables).
+- `zrl run` with 2 Pong actors: 2,542 env steps/s in this table (2,454 in
+  the one before), ~3,000-3,100 on 11-26 (~1,600-1,700 on the AVX2 CPU),
+  the learner waiting for data 9% of its time: on 2 cores the CPU learner,
+  not the actors, sets the pace; CartPole's rows have no target.
 - On a GPU (an H100, 11-26: no table here, the bench's CUDA rows need one):
   the CUDA path copies batches through pinned memory, non-blocking, and makes
   no synchronising call in the update beyond V-trace's round trip (checked by
