@@ -4,6 +4,7 @@ runs real processes for minutes and is not run here)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 import torch
@@ -37,7 +38,7 @@ def test_sink_runs_alternate_with_raw_runs_and_each_ratio_uses_its_neighbours(mo
     raws = iter([1000.0, 2000.0, 3000.0, 4000.0])
     sinks = iter([750.0, 1250.0, 1750.0])
     monkeypatch.setattr(pipeline, "raw_env_rate", lambda cfg, s: calls.append("raw") or next(raws))
-    monkeypatch.setattr(pipeline, "actor_sink_rate", lambda name, cfg, s, ov=(): calls.append(("sink", ov)) or next(sinks))
+    monkeypatch.setattr(pipeline, "actor_sink_rate", lambda name, cfg, s, ov=(), cpu=None: calls.append(("sink", ov)) or next(sinks))
     raw, sink, ratio, each = pipeline.sink_against_raw("Pong", None, 1.0, ("x=1",), pairs=3)
     assert calls == ["raw", ("sink", ("x=1",)), "raw", ("sink", ("x=1",)), "raw", ("sink", ("x=1",)), "raw"]
     assert (raw, sink, ratio) == (2500.0, 1250.0, 0.5)  # medians; the ratios are 750/1500, 1250/2500, 1750/3500
@@ -90,7 +91,11 @@ def test_actor_sink_rate_measures_a_real_actor_and_leaves_no_temp_dir(tmp_path, 
     if name == "Pong":
         pytest.importorskip("ale_py.vector_env", reason="ale-py (with AtariVectorEnv) is not installed")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    rate = actor_sink_rate(name, _config(name, overrides), 0.5, overrides)
+    cpu = []
+    rate = actor_sink_rate(name, _config(name, overrides), 0.5, overrides, cpu)
     assert rate > 0
+    if sys.platform == "linux":  # the actor's CPU per env step, from /proc: (emulator threads, the rest)
+        [(emulator, rest)] = cpu
+        assert rest > 0 and (emulator > 0) == (name == "Pong")  # CartPole steps in the actor's own thread
     # (Only the sink's: torch may put a cache of its own there when first asked for one.)
     assert [p for p in tmp_path.iterdir() if p.name.startswith("zrl-sink-")] == []

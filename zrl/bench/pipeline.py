@@ -85,8 +85,27 @@ def one_core_overrides(cfg) -> tuple[str, ...] | None:
     return ("env.num_threads=1", f"env.kwargs={{thread_affinity_offset: {cores[0]}}}")
 
 
-def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
-    """One `zrl actor` process against an in-process sink learner; env steps/s it delivers."""
+def process_cpu(pid: int) -> dict[str, float] | None:
+    """CPU seconds each thread of process `pid` has used so far, summed by thread name (Linux's
+    /proc; None elsewhere, or once the process is gone)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # (the name may hold spaces)
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return out
+
+
+def actor_sink_rate(name: str, cfg, seconds: float, overrides=(), cpu: list | None = None) -> float:
+    """One `zrl actor` process against an in-process sink learner; env steps/s it delivers. With
+    `cpu` (a list), appends the actor process's CPU per env step in the timed window, in µs:
+    (its emulator threads, all its other threads), where /proc tells them apart (Linux)."""
     from zrl.learner.learner import Learner
 
     tmp = tempfile.mkdtemp(prefix="zrl-sink-")
@@ -103,11 +122,18 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
                 raise RuntimeError("the actor never delivered data to the sink")
             time.sleep(0.05)
         time.sleep(min(2.0, seconds / 2))  # warm-up: the actor's first chunks
+        c0 = process_cpu(actor.pid)
         s0, t0 = learner.env_steps, time.perf_counter()
         time.sleep(seconds)
-        rate = (learner.env_steps - s0) / (time.perf_counter() - t0)
+        steps = learner.env_steps - s0
+        rate = steps / (time.perf_counter() - t0)
+        c1 = process_cpu(actor.pid)
         if actor.poll() is not None:  # it died in the window: its rate is not a measurement
             raise RuntimeError(f"the actor exited with {actor.returncode} while it was timed")
+        if cpu is not None and c0 is not None and c1 is not None and steps > 0:
+            used = {k: v - c0.get(k, 0.0) for k, v in c1.items()}
+            emulator = used.pop("zrl-emulator", 0.0)
+            cpu.append((emulator / steps * 1e6, sum(used.values()) / steps * 1e6))
         return rate
     finally:
         actor.terminate()
@@ -122,7 +148,7 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=()) -> float:
         shutil.rmtree(tmp, ignore_errors=True)  # the ipc sockets' files
 
 
-def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 3) -> tuple[float, float, float, list[float]]:
+def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 3, cpu: list | None = None) -> tuple[float, float, float, list[float]]:
     """(raw env steps/s, actor -> sink steps/s, ratio, each run's ratio): medians over `pairs` sink runs, each
     bracketed by raw runs (raw, sink, raw, sink, ..., raw), each ratio taken against the mean
     of the two raw runs beside it. On a shared machine the emulator's speed drifts by tens
@@ -131,7 +157,7 @@ def sink_against_raw(name: str, cfg, seconds: float, overrides=(), pairs: int = 
     raws = [raw_env_rate(cfg, seconds)]
     sinks = []
     for _ in range(pairs):
-        sinks.append(actor_sink_rate(name, cfg, seconds, overrides))
+        sinks.append(actor_sink_rate(name, cfg, seconds, overrides, cpu))
         raws.append(raw_env_rate(cfg, seconds))
     ratios = [s / ((a + b) / 2) for s, a, b in zip(sinks, raws, raws[1:])]
     return float(np.median(raws)), float(np.median(sinks)), float(np.median(ratios)), [float(r) for r in ratios]
@@ -312,10 +338,15 @@ def run(opts: BenchOptions) -> BenchResult:
     secs = 2.0 if quick else 8.0
     pairs = 1 if quick else 5
     spreads = []  # each bracketed run's ratio, for the notes
+    cpus = []  # the actor's CPU per env step, for the notes
     for name in envs:
         cfg = _config(name)
-        raw, sink, ratio, each = sink_against_raw(name, cfg, secs, pairs=pairs)
+        cpu: list[tuple[float, float]] = []
+        raw, sink, ratio, each = sink_against_raw(name, cfg, secs, pairs=pairs, cpu=cpu)
         spreads.append(f"{name} " + " ".join(f"{r:.3f}" for r in each))
+        if cpu:
+            emulator, rest = np.median(np.array(cpu), axis=0)
+            cpus.append(f"{name} {rest:.1f}" + (f" (its emulator threads {emulator:.1f})" if emulator else ""))
         result.add(measurement="raw env (steps/s)", env=name, n=cfg.actor.num_envs, zrl="", reference=raw, ratio="")
         result.add(measurement="actor -> sink (steps/s)", env=name, n=cfg.actor.num_envs, zrl=sink, reference=raw, ratio=ratio)
         pin = one_core_overrides(cfg)
@@ -347,6 +378,9 @@ def run(opts: BenchOptions) -> BenchResult:
         "discards; ratio = its steps/s over the raw env's (target >= 0.8 on Atari). Raw and sink alternate, raw first and last "
         f"({pairs} sink runs, {pairs + 1} raw runs); each ratio is against the mean of the two raw runs beside it; the table "
         "gives the medians of the rates and of the ratios. Each run's ratio, in order: " + "; ".join(spreads) + ".",
+        *([("actor -> sink, CPU: the actor process's CPU per env step in its timed windows (medians, µs; /proc), all its "
+            "threads but the emulator's (the actor's own thread: stepping calls, policy, recorders, sending; ZeroMQ's): "
+            + "; ".join(cpus) + ". On 2 cores every µs of it is taken from the emulator threads.")] if cpus else []),
         "actor -> sink, emulator on 1 core (Pong): the same, with every emulator thread pinned to one core (env.num_threads 1, "
         "ale_py's thread_affinity_offset) in both columns: the raw env's one thread, and the actor's one (one per env group with actor.env_batching groups). The "
         "actor's policy has the other core to itself, as it would on a machine with cores to spare; on 2 cores the plain "
