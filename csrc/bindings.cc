@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -1042,15 +1043,17 @@ bool index_args(PyObject* const* args, const int (&at)[N], T (&out)[N]) {
   return true;
 }
 
-// send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or zmq errno: an
-// actor sends each chunk through this, so it is a METH_FASTCALL function rather than
-// a pybind11 method (whose argument conversion costs more than the send). It stamps
-// seq / policy_version / total into the frame's header and sends frame[:total] on the
-// libzmq socket at `socket` (pyzmq's Socket.underlying), first without waiting; if the
-// queue is full and `wait`, again with the GIL released.
+// send_frame(socket, frame, total, seq, policy_version, wait[, to, from, n]) -> 0 or
+// zmq errno: an actor sends each chunk through this, so it is a METH_FASTCALL function
+// rather than a pybind11 method (whose argument conversion costs more than the send).
+// It stamps seq / policy_version / total into the frame's header and sends
+// frame[:total] on the libzmq socket at `socket` (pyzmq's Socket.underlying), first
+// without waiting; if the queue is full and `wait`, again with the GIL released. With
+// (to, from, n), once a copied frame has gone (0 returned), it copies frame[from:from+n]
+// to frame[to:to+n]: the next chunk's bootstrap row, in the same call.
 PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError, "send_frame(socket, frame, total, seq, policy_version, wait)");
+  if (nargs != 6 && nargs != 9) {
+    PyErr_SetString(PyExc_TypeError, "send_frame(socket, frame, total, seq, policy_version, wait[, to, from, n])");
     return nullptr;
   }
   auto* api = static_cast<const zrl::ZmqApi*>(PyCapsule_GetPointer(capsule, "zrl.ZmqApi"));
@@ -1082,6 +1085,20 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
     return nullptr;
   }
   auto* data = static_cast<uint8_t*>(view.v.buf);
+  unsigned long long row[3] = {0, 0, 0};  // to, from, n
+  if (nargs == 9) {
+    if (block) {  // (libzmq may still be reading it: nothing may write into it now)
+      PyErr_SetString(PyExc_ValueError, "send_frame: a row copy needs a frame that goes out copied, not a SendBuffer");
+      return nullptr;
+    }
+    if (!index_args(args, {6, 7, 8}, row)) return nullptr;
+    const auto len = static_cast<unsigned long long>(view.v.len);
+    if (row[2] > len || row[0] > len - row[2] || row[1] > len - row[2]) {
+      PyErr_Format(PyExc_ValueError, "send_frame: row copy [%llu, +%llu) <- [%llu, +%llu) outside a %zd-byte frame",
+                   row[0], row[2], row[1], row[2], view.v.len);
+      return nullptr;
+    }
+  }
   if (view.v.itemsize != 1 || !zrl::stamp_header(data, static_cast<std::size_t>(view.v.len), seq, version, total)) {
     PyErr_Format(PyExc_ValueError, "send_frame: total %llu outside a %zd-byte frame of bytes", total, view.v.len);
     return nullptr;
@@ -1095,15 +1112,17 @@ PyObject* native_send_frame(PyObject* capsule, PyObject* const* args, Py_ssize_t
     err = send(0);
     Py_END_ALLOW_THREADS
   }
+  if (err == 0 && row[2] != 0) std::memmove(data + row[0], data + row[1], row[2]);  // (zmq_send copied the frame)
   return PyLong_FromLong(err);
 }
 
 PyMethodDef kSendFrameDef = {
     "send_frame", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(native_send_frame)), METH_FASTCALL,
-    "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno (EAGAIN: the queue is "
-    "full and wait is false). Stamps seq, policy_version and total into the frame's header and sends "
+    "send_frame(socket, frame, total, seq, policy_version, wait[, to, from, n]) -> 0 or the zmq errno (EAGAIN: "
+    "the queue is full and wait is false). Stamps seq, policy_version and total into the frame's header and sends "
     "frame[:total] on the libzmq socket at address `socket` (pyzmq's Socket.underlying): a SendBuffer "
-    "without a copy (libzmq holds it until sent: see SendBuffer.in_flight), anything else copied."};
+    "without a copy (libzmq holds it until sent: see SendBuffer.in_flight), anything else copied. With "
+    "(to, from, n), a frame that went out copied then gets frame[to:to+n] = frame[from:from+n]."};
 
 // (items, unvouched) for up to `max` messages, the first waited for up to wait_ms
 // (zrl::drain). An item is (message, bindings) for a frame the FrameGate vouched for:
@@ -1297,11 +1316,11 @@ void bind_native(py::module_& m) {
            py::arg("patch"))
       .def_property_readonly("library", &ZmqNative::library)
       .def_property_readonly("send_frame", &ZmqNative::send_frame_function,
-                             "send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno "
-                             "(EAGAIN: the queue is full and wait is false): stamps seq, policy_version and total "
-                             "into the frame's header and sends frame[:total] on the libzmq socket at address "
-                             "`socket` (pyzmq's Socket.underlying): a SendBuffer without a copy, anything else "
-                             "copied.")
+                             "send_frame(socket, frame, total, seq, policy_version, wait[, to, from, n]) -> 0 or "
+                             "the zmq errno (EAGAIN: the queue is full and wait is false): stamps seq, "
+                             "policy_version and total into the frame's header and sends frame[:total] on the "
+                             "libzmq socket at address `socket` (pyzmq's Socket.underlying): a SendBuffer without "
+                             "a copy, anything else copied (then, with to/from/n, one row copy within the frame).")
       .def_property_readonly("drain", &ZmqNative::drain_function,
                              "drain(socket, gate, max, copy_below, wait_ms, layouts, message_type, kind) -> "
                              "(items, unvouched): a burst of checked messages (see its own doc); each access "

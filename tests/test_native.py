@@ -350,14 +350,97 @@ def test_a_small_sent_chunk_frame_takes_the_next_chunk_in_place(pair, request, n
     first = rng.standard_normal((K, 4)).astype(np.float32)
     rec.begin(first)
     msg, bootstrap = rec.msg, first
-    for _ in range(4):
+    for i in range(4):
+        rec.policy_version = 10 + i  # (a chunk carries the version it began with)
         seen = chunk_steps(rec, rng, K, T)
         assert rec.msg is msg and msg.reusable()  # the same frame, free: written in place
+        # From the second chunk on, the C++ path sends it and copies the bootstrap row in one call.
+        assert (rec._direct is not None) == native and (i == 0 or not native or rec._direct[0] is msg)
         got = wire.decode(pull.recv())
+        assert (got.seq, got.policy_version) == (i + 1, 9 + i if i else 0)
         np.testing.assert_array_equal(got.arrays["obs"][0], bootstrap)
         np.testing.assert_array_equal(got.arrays["obs"][1:], seen)
         bootstrap = seen[-1]
         np.testing.assert_array_equal(msg.arrays["obs"][0], bootstrap)  # the next chunk's first row
+
+
+def test_the_one_call_chunk_path_gives_way_to_truncations_a_full_queue_and_a_new_socket():
+    """end_chunk's one-call path (send + bootstrap row in C++) holds only while its frame,
+    cut and pusher stay the ones it was made for: a chunk with final rows, a new pusher
+    whose queue is full, and a reconnected link each take the general path, and every
+    chunk still arrives whole, in order."""
+    K, T = 2, 3
+    ctx = zmq.Context()
+    socks = []
+
+    def socket(kind):
+        s = ctx.socket(kind)
+        s.setsockopt(zmq.LINGER, 0)
+        socks.append(s)
+        return s
+
+    def connected():
+        push, pull = socket(zmq.PUSH), socket(zmq.PULL)
+        name = f"inproc://one-call-{len(socks)}"
+        pull.bind(name)
+        push.connect(name)
+        return push, pull
+
+    try:
+        push, pull = connected()
+        link = SimpleNamespace(pusher=native_pusher(push))
+        cfg = small_config(f"actor.num_envs={K}", f"actor.unroll_length={T}", "learner.batch_size=2")
+        rec = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)).make_recorder(
+            None, num_envs=K, sender=Sender(1, link=link))
+        rng = np.random.default_rng(2)
+        rec.begin(rng.standard_normal((K, 4)).astype(np.float32))
+        sent = []  # (seq, obs [T + 1, K, 4], final_obs) of each chunk not checked yet, in order
+        seqs = iter(range(1, 100))
+
+        def one_chunk(final_at=None):
+            rows, finals = [rec.msg.arrays["obs"][0].copy()], []
+            for t in range(T):
+                rec.record(rng.integers(0, 2, K), {"behaviour_logp": np.zeros(K, np.float32)})
+                rows.append(rng.standard_normal((K, 4)).astype(np.float32))
+                final = {1: rng.standard_normal(4).astype(np.float32)} if t == final_at else {}
+                finals += final.values()
+                out = rec.observe(Step(rows[-1], np.zeros(K, np.float32), np.zeros(K, bool), np.array([False, t == final_at]), final))
+            sent.append((next(seqs), np.stack(rows), np.array(finals, np.float32).reshape(-1, 4)))
+            return out
+
+        def check(frame):
+            m = wire.decode(frame)
+            seq, obs, finals = sent.pop(0)
+            assert m.seq == seq
+            np.testing.assert_array_equal(m.arrays["obs"], obs)
+            np.testing.assert_array_equal(m.arrays["final_obs"], finals)
+
+        assert one_chunk() == [] and rec._direct is not None
+        check(pull.recv())
+        assert one_chunk(final_at=1) == [] and rec._direct is None  # a cut with a final row: the general path
+        check(pull.recv())
+        assert one_chunk() == [] and rec._direct is not None  # back on the one-call path
+        check(pull.recv())
+        msg = rec.msg
+        # The link's pusher changes (the old socket still open) to one whose queue is full.
+        link.pusher = native_pusher(socket(zmq.PUSH))  # no peer: it queues nothing
+        (held,) = one_chunk()
+        assert rec.msg is not msg and rec._direct is None  # handed back: the next chunk in a new frame
+        assert pull.poll(0) == 0  # nothing went to the old socket
+        check(bytes(held))
+        del held
+        # The link reconnects: a new socket, a new pusher; the old one closed.
+        push.close(0)
+        push, pull = connected()
+        link.pusher = native_pusher(push)
+        for _ in range(3):
+            assert one_chunk() == []
+            check(pull.recv())
+        assert rec._direct is not None and rec._direct[1] is link.pusher and not sent
+    finally:
+        for s in socks:
+            s.close(0)
+        ctx.term()
 
 
 def test_a_chunk_frame_still_held_is_never_written_again():
@@ -558,6 +641,37 @@ def test_send_frame_refuses_a_bad_length(pair):
         api.send_frame(push.underlying, _core.SendBuffer(256), 257, 1, 0, False)
     with pytest.raises(TypeError):
         api.send_frame(push.underlying, buf, 64)
+    for to, frm, n in ((0, 200, 57), (250, 0, 7), (0, 0, 257), (-1, 0, 4)):
+        with pytest.raises((ValueError, OverflowError)):
+            api.send_frame(push.underlying, buf, 64, 1, 0, False, to, frm, n)
+    with pytest.raises(ValueError, match="SendBuffer"):  # libzmq reads it after the call: no writes into it
+        api.send_frame(push.underlying, _core.SendBuffer(256), 64, 1, 0, False, 0, 64, 8)
+
+
+def test_send_frame_copies_a_row_once_the_frame_went_out_copied(pair):
+    push, pull = pair
+    api = transport.native()
+    assert api is not None, transport.native_note()
+    layout = wire.Layout(wire.Kind.TRAJECTORY, [("obs", np.float32, (4, 3))])
+    msg = layout.allocate()
+    msg.arrays["obs"][:] = np.arange(12, dtype=np.float32).reshape(4, 3)
+    total = msg.seal(2)
+    to, frm, n = layout.row_span("obs", 0, 3)
+    assert n == 12 and api.send_frame(push.underlying, msg.buffer, total, 7, 1, False, to, frm, n) == 0
+    got = wire.decode(pull.recv())
+    assert got.seq == 7 and got.arrays["obs"].tolist() == np.arange(12, dtype=np.float32).reshape(4, 3).tolist()
+    assert msg.arrays["obs"].tolist() == [[9, 10, 11], [3, 4, 5], [6, 7, 8], [9, 10, 11]]  # after the send
+    with pytest.raises(IndexError, match="0..3"):
+        layout.row_span("obs", 4, 0)
+    ctx = zmq.Context()
+    lone = ctx.socket(zmq.PUSH)  # no peer: EAGAIN, and the frame stays as it was
+    try:
+        msg.arrays["obs"][0] = -1
+        assert api.send_frame(lone.underlying, msg.buffer, total, 8, 1, False, to, frm, n) == errno.EAGAIN
+        assert msg.arrays["obs"][0].tolist() == [-1, -1, -1]
+    finally:
+        lone.close(0)
+        ctx.term()
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -116,8 +116,9 @@ class ZmqNative:
     @property
     def library(self) -> str: ...
     @property
-    def send_frame(self) -> Callable[[int, Any, int, int, int, bool], int]:
-        """send_frame(socket, frame, total, seq, policy_version, wait) -> 0 or the zmq errno."""
+    def send_frame(self) -> Callable[..., int]:
+        """send_frame(socket, frame, total, seq, policy_version, wait[, to, from, n]) -> 0 or the zmq errno;
+        with (to, from, n), a frame that went out copied then gets frame[to:to+n] = frame[from:from+n]."""
     @property
     def drain(
         self,

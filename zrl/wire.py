@@ -325,6 +325,15 @@ class Layout:
         return m
 
 
+    def row_span(self, name: str, dst: int, src: int) -> tuple[int, int, int]:
+        """(to, from, n): the frame offsets of arrays[name][dst] and arrays[name][src],
+        and a row's bytes."""
+        off, n, rows = self._rows[name]
+        if not (0 <= dst < rows and 0 <= src < rows):
+            raise IndexError(f"{name}: rows {dst} and {src} must lie in 0..{rows - 1}")
+        return off + dst * n, off + src * n, n
+
+
 class Cut:
     """The rows of each variable array a frame sends, as `Layout.cut` packed them."""
 
@@ -375,12 +384,10 @@ class OutMessage:
         message's own: they do not count against `reusable`."""
         views = self._row_views.get((name, dst, src))
         if views is None:
-            off, n, rows = self.layout._rows[name]
-            if not (0 <= dst < rows and 0 <= src < rows):
-                raise IndexError(f"{name}: rows {dst} and {src} must lie in 0..{rows - 1}")
+            to, frm, n = self.layout.row_span(name, dst, src)
             mv = self._bytes
             before = sys.getrefcount(self.buffer)
-            views = self._row_views[(name, dst, src)] = (mv[off + dst * n : off + (dst + 1) * n], mv[off + src * n : off + (src + 1) * n])
+            views = self._row_views[(name, dst, src)] = (mv[to : to + n], mv[frm : frm + n])
             self._idle_refs += sys.getrefcount(self.buffer) - before  # (each view holds the buffer)
         return views
 

@@ -121,6 +121,7 @@ class ImpalaRecorder(Recorder):
         self.cut0 = self.cuts[0] = self.layout.cut({"final_index": 0, "final_obs": 0})  # (the usual one)
         self.msg = self.layout.allocate()
         self._bootstrap: tuple = (None, None)  # (msg, its row_copier for obs[0] <- obs[T])
+        self._direct: tuple | None = None  # end_chunk's one-call path for msg (_direct_path)
         self.t = 0
         self.finals: list[tuple[int, np.ndarray]] = []
         self.chunk_version = 0
@@ -158,7 +159,23 @@ class ImpalaRecorder(Recorder):
         last observation. Returns the frame for the caller to send, if the sender did
         not send it already."""
         msg = self.msg
-        frame = self._finish() if self.finals else self.sender.finish(msg, self.chunk_version, self.cut0)  # None: sent
+        d = self._direct
+        if d is not None and d[0] is msg and not self.finals and self.sender.link.pusher is d[1] and not d[2].closed:
+            # The usual boundary of a small chunk through a C++ pusher: one call sends the
+            # frame (copied) and then writes the next chunk's bootstrap row in it.
+            _, pusher, _, send_frame, address, total, to, frm, n = d
+            sender = self.sender
+            seq = sender.seq = sender.seq + 1
+            buf = msg.buffer  # (not kept in d: a reference to it would count against msg.reusable)
+            err = send_frame(address, buf, total, seq, self.chunk_version, False, to, frm, n)
+            if err == 0:
+                self.t = 0
+                self.chunk_version = self.policy_version
+                return []
+            frame = pusher._retry(msg, buf, err, seq, self.chunk_version, False)  # (no row copied)
+        else:
+            frame = self._finish() if self.finals else self.sender.finish(msg, self.chunk_version, self.cut0)  # None: sent
+        self._direct = None
         if msg.reusable():
             # Gone already (a small frame goes out copied): the next chunk is written in
             # place, its bootstrap row one copy within the frame.
@@ -166,6 +183,8 @@ class ImpalaRecorder(Recorder):
                 self._bootstrap = (msg, msg.row_copier("obs", 0, self.T))
             to, last = self._bootstrap[1]
             to[:] = last
+            if frame is None and msg._sealed is self.cut0 and msg.send_buffer is None:
+                self._direct = self._direct_path(msg)
         else:
             self.msg = self.layout.allocate()
             self.msg.arrays["obs"][0] = msg.arrays["obs"][self.T]
@@ -174,6 +193,16 @@ class ImpalaRecorder(Recorder):
             self.finals = []
         self.chunk_version = self.policy_version
         return [] if frame is None else [frame]
+
+    def _direct_path(self, msg: wire.OutMessage) -> tuple | None:
+        """What end_chunk needs to send `msg` (sent copied just now, cut to no final rows)
+        again in one C++ call, or None where the sender has no C++ pusher."""
+        link = self.sender.link
+        pusher = link.pusher if link is not None else None
+        if pusher is None or pusher._send_frame is None or pusher.sock.closed:
+            return None
+        return (msg, pusher, pusher.sock, pusher._send_frame, pusher.address, msg._total,
+                *msg.layout.row_span("obs", 0, self.T))
 
     def obs_buffer(self) -> np.ndarray:
         self._next_obs = self.msg.arrays["obs"][self.t + 1]
