@@ -29,7 +29,8 @@ the learner's cap, one I/O thread per context.
   libzmq and the FrameGate checks each frame of a known layout, without the
   GIL, and C++ makes each such frame's `wire.Message`; the first frame of a
   layout takes the Python path (decode, schema, check_values) and registers it. The arrays' numpy views are made later, by
-  `collate` on the trainer thread, as in the learner.
+  `collate` on the trainer thread, as in the learner. Each burst is dropped once checked, as raw drops each frame
+  (batching, where a learner keeps its messages, is measured by `zrl bench pipeline`).
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
   copy=False when it is at least pyzmq's copy threshold (64 KiB) and the
   default copy otherwise; `recv(copy=False)` and nothing else.
@@ -201,6 +202,9 @@ def _receiver_main(conn) -> None:
             for checked in burst:
                 got += 1
                 rejected += isinstance(checked, Exception)
+            # Nothing kept once checked, as raw's loop keeps no frame: the messages of this
+            # burst must not stay alive through the next one's wait (bench/TRANSPORT.md).
+            del burst, checked
         dt = perf() - t0
         if rejected:
             raise RuntimeError(f"the gate rejected {rejected} of {n} zrl frames")
@@ -418,7 +422,8 @@ def run(opts: BenchOptions) -> BenchResult:
         "when it went out copied, else in a fresh one from the recorder's wire.Layout. Filling the T steps is the env "
         "loop's work and is not counted.",
         "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
-        "and value checks) draining bursts of up to 64: " + receivers + ".",
+        "and value checks) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
+        "drops each frame.",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
         "threshold), default copy below; recv(copy=False) only.",
         "Sender and receiver are separate spawned processes; tcp://127.0.0.1 (port chosen by the OS) or ipc:// in a "
