@@ -60,70 +60,75 @@ equal."""),
     ("transport", """## transport: trajectory messages against raw pyzmq
 
 Two processes (an actor-side sender and a learner-side receiver) over tcp and
-ipc. zrl: the IMPALA recorder's `end_chunk`: the actor's `Sender.finish`,
-which sends through `transport.Pusher` (one C++ call stamps the header and
-hands the frame to pyzmq's own libzmq: copied under 64 KiB, without a copy
-from there on), then the next chunk's bootstrap row, in the same frame when
-it went out copied. The
-receiver does what the learner does before batching: `wire.Gate.drain`
-takes bursts from libzmq in C++ and checks them (the IMPALA schema and value
-checks in Python for the first frame of a layout, the C++ FrameGate for the
-rest). raw: a preallocated payload of the zrl frame's length,
-`send`/`recv(copy=False)` only. Chunks: CartPole T=20 x K=2 (the "2 KB"
-class), the default config's T=20 x K=32, and an Atari chunk of 20
-observations of 4x84x84 uint8 (565 KB). Target (issue 5): at least 0.9 of
-raw.
+ipc. zrl: the IMPALA recorder's `end_chunk`. Below 64 KiB its usual case is
+one C++ call, which stamps the header, hands pyzmq's own libzmq a copy of
+the frame, and then writes the next chunk's bootstrap row into the same
+frame. Larger frames go through the actor's `Sender.finish` and
+`transport.Pusher`, without a copy, and the next chunk starts in another
+frame. The receiver does what the learner does before batching:
+`wire.Gate.drain` takes bursts from libzmq in C++ and checks them. The
+first frame of a layout gets the IMPALA schema and value checks in Python,
+the rest get the C++ FrameGate. Each burst is dropped once checked. raw: a
+preallocated payload of the zrl frame's length, `send`/`recv(copy=False)`
+only. Chunks: CartPole T=20 x K=2 (the "2 KB" class), the default config's
+T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
+(565 KB). Target (issue 5): at least 0.9 of raw.
 
-**Every row now lands at about 0.9, above it in some runs and below in
-others; the 23 KB ipc row, the one that stayed under (0.74-0.84 on 11-26),
-came out at 0.85-0.92 on 11-27.** Each row is the median of 15 windows a
-side (3 per `--repeats`, 5 by default): a window of 0.5 s lands in one of
-two modes ~1.5x apart on these shared 2-vCPU machines. On 11-27 the machine
-(an AMD EPYC with AVX-512, Zen 4) was in a slower mode than on 11-26 (raw
-23 KB over ipc at 39-53k msg/s against 50-57k). Runs of the bench that day,
-tcp / ipc, the last figure of each list being the table below:
-- 2 KB: 0.95, 0.93, 0.88, 0.86, 0.89, 0.88, 0.94 / 0.88, 0.95, 0.88, 0.91, 0.97, 1.01, 0.85.
-- 23 KB: 0.93, 0.98, 1.04, 0.85, 0.97, 1.04, 0.94 / 0.89, 0.85, 0.90, 0.92, 0.90, 0.86, 0.87.
-- Atari: 0.90, 0.95, 0.97, 1.06, 0.85, 0.92, 0.95 / 0.80, 0.88, 0.90, 0.93, 0.86, 0.89, 0.94.
+**Most rows land at or above 0.9 in most runs, but not every row in every
+run: 23 KB and Atari over ipc still fall to 0.84-0.89 in some.** Each row is
+the median of 15 windows a side (3 per `--repeats`, 5 by default). A 0.5 s
+window lands in one of two modes ~1.5x apart on these shared 2-vCPU
+machines (an AMD EPYC with AVX-512, Zen 4). Runs on 11-27 after the
+last changes, tcp / ipc, 2 KB, 23 KB and Atari; the last run is the table
+below:
 
-(The first four runs had a variant of the receiver: the first two without
-its burst storage kept per thread, the next two with bursts paced to the
-queue, a change not kept; TRANSPORT.md. The last, at 07:26 UTC, is the
-table below; the transport code had not changed since the sixth.) On 11-26, four runs: 2 KB
-0.91-1.10 / 0.88-1.00, 23 KB 0.95-0.99 / 0.74-0.84, Atari 0.99-1.07 /
-0.90-0.96.
+| time (UTC) | tcp | ipc |
+| --- | --- | --- |
+| 08:45 | 0.94, 0.96, 0.90 | 0.93, 0.89, 0.93 |
+| 08:46 | 1.00, 1.01, 1.03 | 0.90, 0.90, 0.91 |
+| 08:48 | 0.91, 1.03, 1.04 | 0.94, 0.93, 0.84 |
 
-The change on 11-27 was to the receiver, where the 23 KB ipc gap was (a raw
-sender with zrl's receiver gave 0.72-0.83, zrl's sender with a raw receiver
-0.95-0.96). `wire.Gate.drain` no longer runs Python per message: C++ makes
-each vouched frame's `wire.Message` (its fields live in the C base type
-`_core.MessageBase`), through a METH_FASTCALL `drain` whose room for a burst
-is kept per thread. And a burst whose first message had to be waited for is
-that message alone, so it does not end in a receive that finds the queue
-empty (a `poll` inside libzmq, and a pipe put to sleep that the next message
-must wake through the mailbox). The receiver's system calls per 23 KB
-message are now raw's (polls 1.19-1.22, raw 0.95-1.21; 1.70-2.03 before);
-one 23 KB message queued and drained in one process costs 1.37 µs against
-2.1-2.4 before and 1.13 for raw's `recv`. In alternating runs of that one
-row, old code against new, it moved from ~0.83 to ~0.89.
+Five runs earlier that morning, with the sender change but not the
+receiver-loop fix, ranged from 0.90 to 1.05 over tcp. Over ipc they gave
+0.92-1.00 at 2 KB, 0.81-0.91 at 23 KB and 0.80-0.89 for Atari. The seven
+runs before those, with neither change, ranged from 0.85 to 1.06 over tcp
+and from 0.80 to 1.01 over ipc (TRANSPORT.md).
 
-What is left is reading: zrl's gate reads every float (no NaN or infinity)
-and every action and flag (in range) of each frame, which raw's receiver
-never touches. It reads them on the other core from the one whose I/O
-thread wrote them, and that I/O thread's next copy into the same memory
-must pull the lines back (~1 µs of the receiver's user time per 23 KB
-message, and more samples in the I/O thread's `memmove`). A gate without its
-value rules gave 0.91-0.96 against 0.84-0.95 with them. A learner reads
-every byte again when it joins a batch, so it pays this cross-core read in
-any case.
+Three changes on 11-27:
+- **The chunk boundary is one C++ call.** `send_frame` copies the bootstrap
+  row after the send. The recorder keeps the call's arguments while the
+  frame, its cut and the link's pusher stay the same. Per 2 KB chunk in one
+  process, it now takes 1.07-1.21 µs, against 1.80 before and 0.88-0.99 for
+  raw's `send`. The sender's main thread in the bench now costs
+  1.5-1.7 µs of user CPU a message (before: 1.9-2.1; raw: 0.8-1.2) at 2 KB,
+  and 4.0-4.2 µs (before: 4.2-4.7; raw: 3.2-3.9) at 23 KB.
+- **The bench's receiver loop no longer keeps the last burst alive through
+  the next wait.** raw's loop keeps no frame. In 6 alternating pairs on the
+  23 KB ipc row, the fixed loop was higher every time, by 0.02 to 0.17.
+- **Earlier that day, the receiver itself.** C++ makes each vouched frame's
+  `wire.Message` through a METH_FASTCALL `drain`. A waited-for message is
+  its burst alone, so no burst ends in a receive that finds the queue empty.
+  This moved the 23 KB ipc row from ~0.83 to ~0.89.
+
+**What is left** is work raw does not do:
+- **At 23 KB, reading the values.** zrl's gate reads every float (no NaN
+  or infinity) and every action and flag (in range). Its main thread spends
+  8.3-8.5 µs a message with those rules and 7.2-7.7 without (raw:
+  6.1-6.9). Its I/O thread, writing into lines the main thread has just
+  read, spends 1-3 µs more. A learner reads every byte again when it
+  batches, so it pays for this cross-core read in any case.
+- **For Atari, a cold frame.** A frame that ZeroMQ still holds is never
+  written again, so the recorder cycles through ~30 frames of 565 KB. The
+  frame the sender's I/O thread reads has left the caches. raw sends one
+  payload every time, and that payload stays hot. The I/O thread's system
+  time per message is 113-121 µs for zrl, 88-100 for raw, and 133-136 for
+  raw sending from a ring of 64 payloads. An actor writes each step into its
+  frame just before sending it, so in an actor the frame is not cold in
+  this way.
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
-included. The CPU ratio follows the throughput ratio row by row, so the gap
-is CPU per message on 2 shared cores. At 2 KB the sender's chunk boundary
-(the recorder's whole `end_chunk`, 1.4 µs in one process on 11-25) costs
-more than raw's send (0.79), and that gap doubles or triples between two
-processes.
+included. On 2 shared cores the throughput ratio follows the CPU ratio.
 
 Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
@@ -147,25 +152,33 @@ loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
 step; weights written into a frame) against a plain PyTorch loop on the
 same batch already in tensors (target: at most 1.10).
 
-**Where it stands.** The table is from 11-27 (07:05 UTC): the same AMD
+**Where it stands.** The table is from 11-27 (08:31 UTC), on the same AMD
 EPYC with AVX-512, VNNI and BF16 (Zen 4) as on 11-26, in a slower mode (the
-raw Pong env at 4,162 steps/s against 6,026 on 11-26, CartPole at 98k
-against 134k), after three changes to the actor's own CPU (PIPELINE.md,
-"the actor's own CPU, cut by a third"): the int8 kernel reads its weights
-in blocks of 16 outputs (Pong's FC inside the actor ~175-300 -> ~75-90 µs
-per call), act() runs no torch op around the int8 torso, and the episode
-statistics are kept in Python lists. The actor thread's CPU per env step
-went from ~99-125 µs to ~77 µs in this mode. The 11-26 table (17:12 UTC) is
-kept below. With the shipped Pong config (24 envs, the policy acting on the
-first 8 ready, `actor.int8_torso: auto`):
-- **Pong actor -> sink: 0.939 of the raw env** (target 0.8), its five
-  bracketed runs 0.863-1.085: all five above 0.8. The table before these
-  changes, 3 hours earlier on the same machine, gave 0.771 (runs
-  0.754-0.868); on 11-26 three tables gave 0.839, 0.858 and 0.885. Single
-  runs spread widely here (alternating runs of the code before and after the
-  FC change gave 0.80-0.93 on both sides), so the table's median, not one
-  run, is the figure. With a core of its own for the policy (the row
-  "emulator on 1 core") the actor runs at the emulator's speed: 1.03.
+raw Pong env at 4,307 steps/s against 6,026 on 11-26; CartPole at 103k
+against 134k). It was taken after three changes to the actor's own CPU
+(PIPELINE.md, "the actor's own CPU, cut by a third"):
+- the int8 kernel reads its weights in blocks of 16 outputs (Pong's FC
+  inside the actor went from ~175-300 to ~75-90 µs per call);
+- act() runs no torch op around the int8 torso;
+- the episode statistics are kept in Python lists.
+
+It also includes the one-call chunk boundary of small frames (see
+transport). The actor thread's CPU per env step went from ~99-125 µs to
+~73 µs in this mode. Two older tables are kept below: 11-26 (17:12 UTC) and
+the AVX2-only CPU of 11-25. With the shipped Pong config (24 envs, the
+policy acting on the first 8 ready, `actor.int8_torso: auto`):
+- **Pong actor -> sink: 0.882 of the raw env** (target 0.8). Its five
+  bracketed runs gave 0.860-0.981, all five above 0.8.
+  - Earlier the same day: 0.939 (07:05, runs 0.863-1.085). Before these
+    changes: 0.771 (runs 0.754-0.868). On 11-26, three tables gave 0.839,
+    0.858 and 0.885.
+  - Single runs spread widely here: alternating runs of the code before and
+    after the FC change gave 0.80-0.93 on both sides. So the figure is the
+    table's median, not any one run.
+  - The actor's CPU per env step, apart from its emulator threads, is the
+    steadier figure: 72.5 µs here, with the emulator threads at ~390.
+  - With a core of its own for the policy (the row "emulator on 1 core"),
+    the actor runs at the emulator's speed: 1.04.
 - On the AVX2-only CPU of 11-25 (its table is kept below, from before these
   changes) the same row gave 0.82 (runs 0.782-0.907), and single runs since
   11-24 0.76-0.98 there; the changes above have not been run there. On 2
@@ -175,13 +188,13 @@ first 8 ready, `actor.int8_torso: auto`):
   now, ~105 there: the int8 CNN and Python) is taken from them, and the raw
   env's rate drifts by tens of percent within minutes. Each ratio is therefore a
   median of actor runs bracketed by raw runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.07 for
-  Pong and 1.04 for CartPole (target at most 1.10; 1.04 / 1.03 in the
-  table before, 1.06 / 1.05 on 11-26, 0.82-1.09 across tables).
-- `zrl run` with 2 Pong actors: 2,542 env steps/s in this table (2,454 in
-  the one before), ~3,000-3,100 on 11-26 (~1,600-1,700 on the AVX2 CPU),
-  the learner waiting for data 9% of its time: on 2 cores the CPU learner,
-  not the actors, sets the pace; CartPole's rows have no target.
+- Learner update against a plain PyTorch loop on the same batch: 1.05 for
+  Pong and 1.05 for CartPole (target at most 1.10). Earlier tables: 1.07 /
+  1.04 at 07:05, 1.06 / 1.05 on 11-26, and 0.82-1.09 across all tables.
+- `zrl run` with 2 Pong actors: 2,872 env steps/s in this table. Earlier:
+  2,542 at 07:05, ~3,000-3,100 on 11-26, ~1,600-1,700 on the AVX2 CPU. The
+  learner waits for data 8% of its time, so on 2 cores the CPU learner, not
+  the actors, sets the pace. CartPole's rows have no target.
 - On a GPU (an H100, 11-26: no table here, the bench's CUDA rows need one):
   the CUDA path copies batches through pinned memory, non-blocking, and makes
   no synchronising call in the update beyond V-trace's round trip (checked by
