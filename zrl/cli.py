@@ -85,6 +85,16 @@ def _install_stop_handlers(on_stop) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM raises KeyboardInterrupt, as Ctrl-C does: a benchmark stopped either way runs
+    its cleanup (the runs it started stopped, its temporary files removed)."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def stop_options(f):
     """--stop-at-return, --max-seconds, --max-env-steps (run.* settings; see FLAG_KEYS)."""
     f = click.option("--max-env-steps", type=int, default=None, help="Stop after this many env steps (run.max_env_steps).")(f)
@@ -276,6 +286,7 @@ def bench(name, out, quick, repeats, seconds):
         check_seconds(name, seconds)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    _sigterm_as_interrupt()
     try:
         run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
     except BenchUnavailable as e:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,40 @@ class BenchOptions:
 
 # The benchmarks that are one run of a set length, which `zrl bench --seconds` sets.
 TIMED = ("pong", "soak")
+
+
+def start_group(argv: list[str], cwd: Path | str) -> subprocess.Popen:
+    """Starts a command (`python -m zrl run ...`: a learner with its actors) in a session
+    of its own, output discarded; stop it with `stop_group`."""
+    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_group(p: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """Stops a command started by `start_group`, if it still runs, as Ctrl-C would: SIGINT
+    to its whole process group (a clean stop: `zrl run` stops its actors and learner), then
+    SIGKILL to the group if it has not exited after grace_s."""
+    if p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    except ProcessLookupError:  # (it exited in between)
+        p.wait()
+
+
+def run_group(argv: list[str], cwd: Path | str, timeout: float, grace_s: float = 60.0) -> int:
+    """Runs a command to its end in a group of its own (`start_group`) and returns its exit
+    status. Whatever ends the wait first (subprocess.TimeoutExpired after `timeout`,
+    Ctrl-C, an error) stops the whole group (`stop_group`) before it propagates, so no
+    learner or actor outlives the benchmark."""
+    p = start_group(argv, cwd)
+    try:
+        return p.wait(timeout)
+    finally:
+        stop_group(p, grace_s)
 
 
 @dataclass

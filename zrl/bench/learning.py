@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zrl.bench.harness import BenchOptions, BenchResult
+from zrl.bench.harness import BenchOptions, BenchResult, run_group
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ["cartpole_impala", "cartpole_apex"]
@@ -73,9 +73,9 @@ def zrl_seed(config: str, seed: int, max_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="zrl-learn-") as d:
         argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / f"{config}.yaml"), "--seed", str(seed),
                 "--logdir", d, "--stop-at-return", str(TARGET), "--max-seconds", str(max_s)]
-        p = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=max_s + 120)
-        if p.returncode != 0:  # a failed run is not a slow seed
-            raise RuntimeError(f"zrl run ({config}, seed {seed}) exited with {p.returncode}")
+        code = run_group(argv, ROOT, timeout=max_s + 120)
+        if code != 0:  # a failed run is not a slow seed
+            raise RuntimeError(f"zrl run ({config}, seed {seed}) exited with {code}")
         s = json.loads((Path(d) / "summary.json").read_text())
     t = s["time_to_target_s"] if s["reached"] else max_s  # (as the reference's: the cap, whatever stopped it)
     return {"reached": s["reached"], "time_s": t, "env_steps": s["env_steps"], "return_source": s.get("return_source", "train")}

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zrl.bench.harness import BenchOptions, BenchResult
+from zrl.bench.harness import BenchOptions, BenchResult, run_group
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {"CartPole": ROOT / "configs" / "cartpole_impala.yaml", "Pong": ROOT / "configs" / "pong_impala.yaml"}
@@ -167,9 +167,9 @@ def zrl_run_perf(name: str, actors: int, seconds: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="zrl-pipe-") as d:
         argv = [sys.executable, "-m", "zrl", "run", "--config", str(CONFIGS[name]), "--actors", str(actors), "--logdir", d,
                 "--max-seconds", str(seconds), "--stop-at-return", "1e9", "-o", "learner.checkpoint_interval_s=1e6"]
-        p = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=seconds + 180)
-        if p.returncode != 0:
-            raise RuntimeError(f"zrl run failed for {name} with {actors} actors")
+        code = run_group(argv, ROOT, timeout=seconds + 180)
+        if code != 0:
+            raise RuntimeError(f"zrl run failed for {name} with {actors} actors (exit status {code})")
         return json.loads((Path(d) / "learner_final.json").read_text())["perf"]
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from zrl.bench.harness import BenchOptions, BenchResult
+from zrl.bench.harness import BenchOptions, BenchResult, run_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,9 +55,9 @@ def run(opts: BenchOptions) -> BenchResult:
     with tempfile.TemporaryDirectory(prefix="zrl-pong-") as d:
         argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / "pong_impala.yaml"), "--logdir", d,
                 "--max-seconds", str(seconds), "-o", "learner.checkpoint_interval_s=1e6"]
-        p = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=seconds + 300)
-        if p.returncode != 0:  # a failed run's curve is not a measurement
-            raise RuntimeError(f"zrl run on Pong exited with {p.returncode}")
+        code = run_group(argv, ROOT, timeout=seconds + 300)
+        if code != 0:  # a failed run's curve is not a measurement
+            raise RuntimeError(f"zrl run on Pong exited with {code}")
         final = json.loads((Path(d) / "learner_final.json").read_text())
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

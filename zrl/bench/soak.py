@@ -11,9 +11,6 @@ a gigabyte every few minutes (sample-factory #116) shows here at once.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from zrl.bench.harness import BenchOptions, BenchResult
+from zrl.bench.harness import BenchOptions, BenchResult, start_group, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +35,7 @@ def run(opts: BenchOptions) -> BenchResult:
         logdir = Path(d)
         argv = [sys.executable, "-m", "zrl", "run", "--logdir", str(logdir), "--max-seconds", str(seconds + 30),
                 "--stop-at-return", "1e9", "-o", "learner.checkpoint_interval_s=60"]
-        p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+        p = start_group(argv, ROOT)
         samples: dict[str, list[tuple[float, int]]] = {}
         try:
             deadline = time.monotonic() + 120
@@ -59,13 +56,7 @@ def run(opts: BenchOptions) -> BenchResult:
                 time.sleep(interval)
             summary_steps = None
         finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+            stop_group(p)
         try:
             summary_steps = json.loads((logdir / "summary.json").read_text()).get("env_steps")
         except (OSError, ValueError):
