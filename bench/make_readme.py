@@ -23,7 +23,10 @@ judged against **in the same run**, reports medians of several timed repeats
 after a warm-up, and states the machine, because the machines here are
 shared and noisy: only ratios taken side by side mean anything. Speed targets
 live here, never in the test suite. This page is rebuilt from the latest
-outputs by `python bench/make_readme.py`.
+outputs by `python bench/make_readme.py`. A benchmark that starts `zrl run`
+runs it in a process group of its own. Stopping `zrl bench` with Ctrl-C or
+SIGTERM stops that group the way Ctrl-C stops a run (SIGINT, then SIGKILL
+after a minute) and removes its temporary directory.
 
 The tables below were measured on the development machine: 2 vCPUs (AMD EPYC,
 x86-64: some sessions had one with AVX-512, VNNI and BF16, later ones one
