@@ -289,16 +289,18 @@ return (game score, unclipped) over time, and frames/s (a step is 4 emulator
 frames). Random play scores about -20.5. `zrl bench pong` runs 10 minutes;
 `--seconds` sets another length.
 
-**The table below (11-26): 20 minutes on an AVX-512 EPYC (Zen 4), -20.4 ->
--5.7 at minute 18** (`zrl bench pong --seconds 1200`, 12.4k frames/s, 14.8M
-frames). The return held at -20 to -20.8 for 7 minutes, stood a point up at
-minute 10 (7.7M frames), then climbed ~2.3 points a minute to -7.4 at minute
-15, and stayed between -5.7 and -8.2 to the end. The 10-minute bench of the
-same config an hour earlier (12.2k frames/s): -20.35 -> -19.34, a point up
-at minute 10. This machine trains at ~70% of the speed of the AVX-512
-machine of 11-24 (its learner update takes 28 ms against 18-19 there), and
-the rise comes about as many frames in as there (6-8M). The learner is the
-bottleneck (waiting for data 10% of its time).
+**The table below (11-27, 09:06-09:26 UTC): 20 minutes on the AVX-512 EPYC
+(Zen 4), -20.4 -> -1.7** (`zrl bench pong --seconds 1200`; 11.1k
+frames/s; 13.2M frames). The run used today's actor: the int8 FC in blocks,
+act() without torch, and the one-call chunk boundary. The return held at
+-19.7 to -20.5 for 9 minutes. It stood a point up at minute 10 (6.4M
+frames), climbed ~2.5 points a minute to -1.3 at minute 19, and ended at
+-1.7. The learner waited for data 11% of its time. The table before it
+(11-26, same machine, 12.4k frames/s) went -20.4 -> -5.7 at minute 18 and
+-8.2 at minute 20, with its rise at minute 10 too. This machine trains at
+~70% of the speed of the AVX-512 machine of 11-24 (its learner update takes
+28 ms against 18-19 there), and the rise comes about as many frames in as
+there (6-8M). The learner is the bottleneck.
 
 Two settings, both in the config since 11-23, took the curve from flat on
 the 11-24 machine:
@@ -333,6 +335,7 @@ The runs so far (10 minutes unless said; the last row is the table below):
 | 11-24 | 8     | 0.0006       | int8 torso    | 17.7k    | -20.59 -> -10.79             |
 | 11-26 | 8     | 0.0006       | 24 envs, first 8 ready; zrl's VNNI kernel; a slower machine | 12.2k | -20.35 -> -19.34 |
 | 11-26 | 8     | 0.0006       | the same, 20 minutes | 12.4k | -20.38 -> -18.93 (-5.69 at minute 18) |
+| 11-27 | 8     | 0.0006       | the same, 20 minutes; today's actor | 11.1k | -20.38 -> -18.61 (-1.32 at minute 19, -1.73 at 20) |
 
 The rise starts late (minute 6-8 on the 11-24 machine, 9-10 here) and is
 steep once it starts, so single runs of a variant say little about small
