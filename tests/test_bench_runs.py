@@ -17,16 +17,17 @@ from zrl import cli
 from zrl.bench.harness import run_group, start_group, stop_group
 
 # A command with a child of its own (as `zrl run` has its learner and actors): it writes both
-# pids, then waits. With IGNORE_INT it ignores SIGINT (a run that does not stop cleanly).
+# pids, then waits for a signal. With IGNORE_INT it ignores SIGINT (a run that does not stop cleanly).
 TREE = textwrap.dedent("""
-    import os, signal, subprocess, sys, time
+    import os, signal, subprocess, sys
     if len(sys.argv) > 2:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     with open(sys.argv[1] + ".tmp", "w") as f:
         f.write(f"{os.getpid()} {child.pid}")
     os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-    time.sleep(600)
+    while True:
+        signal.pause()  # until a signal ends it
 """)
 
 
