@@ -78,7 +78,8 @@ T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
 (565 KB). Target (issue 5): at least 0.9 of raw.
 
 **Most rows land at or above 0.9 in most runs, but not every row in every
-run: 23 KB and Atari over ipc still fall to 0.84-0.89 in some.** Each row is
+run: 23 KB and Atari over ipc still fall to 0.84-0.89 in some, and Atari
+over tcp came out at 0.897 once.** Each row is
 the median of 15 windows a side (3 per `--repeats`, 5 by default). A 0.5 s
 window lands in one of two modes ~1.5x apart on these shared 2-vCPU
 machines (an AMD EPYC with AVX-512, Zen 4). Runs on 11-27 after the
