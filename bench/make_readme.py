@@ -77,63 +77,42 @@ only. Chunks: CartPole T=20 x K=2 (the "2 KB" class), the default config's
 T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
 (565 KB). Target (issue 5): at least 0.9 of raw.
 
-**Most rows land at or above 0.9 in most runs, but not every row in every
-run: 23 KB and Atari over ipc still fall to 0.84-0.89 in some, and Atari
-over tcp came out at 0.897 once.** Each row is
-the median of 15 windows a side (3 per `--repeats`, 5 by default). A 0.5 s
-window lands in one of two modes ~1.5x apart on these shared 2-vCPU
-machines (an AMD EPYC with AVX-512, Zen 4). Runs on 11-27 after the
-last changes, tcp / ipc, 2 KB, 23 KB and Atari; the last run is the table
-below:
+**Every row reaches 0.9 in most runs, but not in every run. The row that
+falls short most often is 23 KB over ipc (0.87-0.92): the receiver reads
+every value it checks, and raw reads none.** Each row is the median of 50
+windows of 0.25 s a side (10 per `--repeats`), and `ratio 95% CI` is a
+bootstrap interval for its ratio, so a row's distance from 0.9 can be read
+against that run's noise. One window's rate varies by 8-18% on these
+shared 2-vCPU machines (an AMD EPYC with AVX-512, Zen 4). With the 15
+windows a side used until 11-27, rows moved by ±0.1 from run to run. Runs
+on 11-27 with 50 windows a side (tcp / ipc, at 2 KB, 23 KB and Atari); the
+last run is the table below:
 
 | time (UTC) | tcp | ipc |
 | --- | --- | --- |
-| 08:45 | 0.94, 0.96, 0.90 | 0.93, 0.89, 0.93 |
-| 08:46 | 1.00, 1.01, 1.03 | 0.90, 0.90, 0.91 |
-| 08:48 | 0.91, 1.03, 1.04 | 0.94, 0.93, 0.84 |
+| 10:16 | 0.97, 0.98, 1.01 | 0.94, 0.92, 0.89 |
+| 10:23 | 0.96, 0.97, 0.96 | 0.90, 0.89, 0.98 |
+| 10:26 | 0.96, 0.95, 1.13 | 0.95, 0.90, 1.00 |
+| 10:29 | 0.96, 0.96, 1.00 | 0.92, 0.87, 1.03 |
 
-Five runs earlier that morning, with the sender change but not the
-receiver-loop fix, ranged from 0.90 to 1.05 over tcp. Over ipc they gave
-0.92-1.00 at 2 KB, 0.81-0.91 at 23 KB and 0.80-0.89 for Atari. The seven
-runs before those, with neither change, ranged from 0.85 to 1.06 over tcp
-and from 0.80 to 1.01 over ipc (TRANSPORT.md).
-
-Three changes on 11-27:
-- **The chunk boundary is one C++ call.** `send_frame` copies the bootstrap
-  row after the send. The recorder keeps the call's arguments while the
-  frame, its cut and the link's pusher stay the same. Per 2 KB chunk in one
-  process, it now takes 1.07-1.21 µs, against 1.80 before and 0.88-0.99 for
-  raw's `send`. The sender's main thread in the bench now costs
-  1.5-1.7 µs of user CPU a message (before: 1.9-2.1; raw: 0.8-1.2) at 2 KB,
-  and 4.0-4.2 µs (before: 4.2-4.7; raw: 3.2-3.9) at 23 KB.
-- **The bench's receiver loop no longer keeps the last burst alive through
-  the next wait.** raw's loop keeps no frame. In 6 alternating pairs on the
-  23 KB ipc row, the fixed loop was higher every time, by 0.02 to 0.17.
-- **Earlier that day, the receiver itself.** C++ makes each vouched frame's
-  `wire.Message` through a METH_FASTCALL `drain`. A waited-for message is
-  its burst alone, so no burst ends in a receive that finds the queue empty.
-  This moved the 23 KB ipc row from ~0.83 to ~0.89.
-
-**What is left** is work raw does not do:
+What keeps zrl from raw, measured (TRANSPORT.md, last two sections):
 - **At 23 KB, reading the values.** zrl's gate reads every float (no NaN
-  or infinity) and every action and flag (in range). Its main thread spends
-  8.3-8.5 µs a message with those rules and 7.2-7.7 without (raw:
-  6.1-6.9). Its I/O thread, writing into lines the main thread has just
-  read, spends 1-3 µs more. A learner reads every byte again when it
-  batches, so it pays for this cross-core read in any case.
-- **For Atari, a cold frame.** A frame that ZeroMQ still holds is never
-  written again, so the recorder cycles through ~30 frames of 565 KB. The
-  frame the sender's I/O thread reads has left the caches. raw sends one
-  payload every time, and that payload stays hot. The I/O thread's system
-  time per message is 113-121 µs for zrl, 88-100 for raw, and 133-136 for
-  raw sending from a ring of 64 payloads. An actor writes each step into its
-  frame just before sending it, so in an actor the frame is not cold in
-  this way.
+  or infinity) and every action (in range). In alternating runs, the
+  receiver without those rules brought the row from 0.89-0.92 to
+  0.93-0.96. zrl keeps the checks where a message arrives. Moving them
+  into batching would put the same pass on the trainer's path.
+- **For Atari over ipc, a cold frame.** ZeroMQ holds a frame until it is
+  sent, so the recorder cycles through as many frames as the queue holds
+  (29 of 565 KB), and the frame sent has left the caches. raw sends one
+  payload, which never leaves them. The informative `raw fresh` column
+  sends from a ring of payloads instead, each as cold as a new message.
+  Over ipc zrl ran at 1.03-1.15 of it. Against raw, this row came out at
+  0.84-0.89 in some runs earlier that morning, and at 0.89-1.03 in those
+  above.
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
 included. On 2 shared cores the throughput ratio follows the CPU ratio.
-
 Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 

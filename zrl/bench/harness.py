@@ -98,6 +98,26 @@ def percentile(samples: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def ratio_interval(num: list[float], den: list[float], level: float = 0.95, resamples: int = 2000,
+                   seed: int = 0) -> tuple[float, float]:
+    """A bootstrap interval for median(num) / median(den): both sides' samples (timed
+    windows) are resampled with replacement, each on its own, `resamples` times, and the
+    interval is the middle `level` of the ratios got. Seeded, so a result is reproducible
+    from the samples in its JSON. Narrow means the run measured its ratio well; a row
+    whose interval lies wholly below its target is below it beyond this run's noise."""
+    if len(num) < 2 or len(den) < 2:
+        raise ValueError("a ratio interval needs at least 2 samples a side")
+    if not 0 < level < 1:
+        raise ValueError(f"level {level}: expected 0 < level < 1")
+    import random
+
+    rng = random.Random(seed)
+    med = statistics.median
+    ratios = sorted(med(rng.choices(num, k=len(num))) / med(rng.choices(den, k=len(den))) for _ in range(resamples))
+    tail = (1 - level) / 2 * 100
+    return percentile(ratios, tail), percentile(ratios, 100 - tail)
+
+
 def time_call(
     fn: Callable[[], Any],
     *,

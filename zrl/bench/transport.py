@@ -34,13 +34,16 @@ the learner's cap, one I/O thread per context.
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
   copy=False when it is at least pyzmq's copy threshold (64 KiB) and the
   default copy otherwise; `recv(copy=False)` and nothing else.
+- raw fresh (frames from 64 KiB up, informative): raw from a ring of HWM + 2
+  payloads, each as cold in the caches as a new message's bytes (`FRESH`).
 
 Each timed window moves a fixed number of messages, sized from a warm-up
 window to last about `WINDOW_S`; the receiver times from its first message to
 its last, so start-up and shut-down of the window are not counted, and every
 message sent is received (nothing is left queued for the next window). zrl
 and raw alternate window by window (the order flips each round), so a noisy
-neighbour hits both alike; each figure is the median of the windows.
+neighbour hits both alike; each figure is the median of the windows, and each
+ratio comes with a bootstrap 95% interval over them (`harness.ratio_interval`).
 """
 from __future__ import annotations
 
@@ -54,9 +57,10 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from zrl.bench.harness import BenchOptions, BenchResult
+from zrl.bench.harness import BenchOptions, BenchResult, ratio_interval
 
-WINDOW_S = 0.5
+WINDOW_S = 0.25
+ROUNDS_PER_REPEAT = 10  # 50 windows a side by default (--repeats 5)
 QUICK_WINDOW_S = 0.05
 WARMUP_S = 0.25
 QUICK_WARMUP_S = 0.02
@@ -86,6 +90,11 @@ CHUNKS = [
 ]
 TRANSPORTS = ["tcp", "ipc"]
 MODES = ("zrl", "raw")
+# A third side for frames sent without a copy: raw again, but each message from the next
+# of a ring of payloads (one more than the queue holds, so none is still queued when it
+# comes round), cold in the caches as a fresh message's bytes are. raw's one payload never
+# leaves the caches. Informative only: the target is against raw.
+FRESH = "raw fresh"
 
 
 def _impala(chunk: Chunk):
@@ -102,6 +111,11 @@ def _impala(chunk: Chunk):
 def _recorder(algo, K: int, sender):
     """The actor's IMPALA recorder: its wire.Layout is what actors send."""
     return algo.make_recorder(None, num_envs=K, sender=sender)
+
+
+def _fresh(nbytes: int) -> bool:
+    """Whether a row also measures raw from fresh payloads: frames raw sends without a copy."""
+    return nbytes >= 64 << 10  # pyzmq's COPY_THRESHOLD (zmq.COPY_THRESHOLD; zrl: wire.SEND_ZERO_COPY_FROM)
 
 
 def _hwm(nbytes: int) -> int:
@@ -177,9 +191,9 @@ def _receiver_main(conn) -> None:
 
     def window(mode: str, n: int) -> float:
         """Receives n messages; returns seconds from the first to the last."""
-        recv = state["socks"][mode].recv
         perf = time.perf_counter
-        if mode == "raw":
+        if mode != "zrl":  # raw, or raw fresh (same socket, same loop)
+            recv = state["socks"]["raw"].recv
             first = recv(copy=False)
             if len(first) != state["frame_bytes"]:
                 raise RuntimeError(f"raw message of {len(first)} bytes, expected {state['frame_bytes']}")
@@ -248,11 +262,20 @@ def _sender_main(conn) -> None:
             pusher=pusher,
             recorder=rec,
             payload=b"\x01" * frame_bytes,
+            ring=[bytes([1 + i % 255]) * frame_bytes for i in range(_hwm(frame_bytes) + 2)] if _fresh(frame_bytes) else [],
             copy_raw=frame_bytes < zmq.COPY_THRESHOLD,
         )
         return pusher.api is not None  # whether the C++ path sends
 
     def window(mode: str, n: int) -> None:
+        if mode == FRESH:
+            send, ring = state["socks"]["raw"].send, state["ring"]
+            k, i = len(ring), state.get("next", 0)
+            for _ in range(n):
+                send(ring[i], copy=False)
+                i = (i + 1) % k
+            state["next"] = i
+            return
         send = state["socks"][mode].send
         if mode == "raw":
             payload, copy = state["payload"], state["copy_raw"]
@@ -332,15 +355,16 @@ def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[floa
 
 def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, window_s: float, warmup_s: float):
     """Per mode: the per-window msg/s and CPU us per message, after a warm-up that sizes the windows."""
+    modes = MODES + (FRESH,) if _fresh(frame_bytes) else MODES
     n = {}
-    for mode in MODES:
+    for mode in modes:
         rate, _ = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
         rate, _ = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
         n[mode] = max(16, int(rate * window_s))
-    rates: dict[str, list[float]] = {m: [] for m in MODES}
-    cpu_us: dict[str, list[float]] = {m: [] for m in MODES}
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    cpu_us: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(rounds):
-        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             rate, us = _window(receiver, sender, mode, n[mode])
             rates[mode].append(rate)
             cpu_us[mode].append(us)
@@ -352,12 +376,13 @@ def run(opts: BenchOptions) -> BenchResult:
         name="transport",
         title="Transport: IMPALA trajectory chunks through zrl vs raw pyzmq PUSH/PULL (same bytes per message)",
         columns=["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio",
-                 "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio"],
+                 "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", "raw fresh msg/s", "ratio to fresh"],
     )
-    # Three windows per repeat (15 by default): on a shared 2-vCPU VM a 0.5 s window of zrl's
-    # small messages lands in one of two modes ~1.5x apart, and 5 windows a side moved a
-    # row's median by up to 0.3 between runs (bench/TRANSPORT.md).
-    rounds = 2 if opts.quick else max(3 * opts.repeats, 3)
+    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 10-15% (its
+    # coefficient of variation) whether it lasts 0.125, 0.25 or 0.5 s, so a row's precision
+    # comes from the number of windows. With 15 a side its ratio moved by +-0.1 between runs;
+    # with 50 the bootstrap interval is about +-0.03 (bench/TRANSPORT.md).
+    rounds = 2 if opts.quick else max(ROUNDS_PER_REPEAT * opts.repeats, 3)
     window_s = QUICK_WINDOW_S if opts.quick else WINDOW_S
     warmup_s = QUICK_WARMUP_S if opts.quick else WARMUP_S
     chunks = CHUNKS
@@ -382,6 +407,8 @@ def run(opts: BenchOptions) -> BenchResult:
                     receiver.call("teardown")
                     zrl, raw = statistics.median(rates["zrl"]), statistics.median(rates["raw"])
                     zrl_cpu, raw_cpu = statistics.median(cpu_us["zrl"]), statistics.median(cpu_us["raw"])
+                    lo, hi = ratio_interval(rates["zrl"], rates["raw"])
+                    fresh = statistics.median(rates[FRESH]) if FRESH in rates else None
                     result.add(
                         transport=transport,
                         chunk=chunk.name,
@@ -393,10 +420,12 @@ def run(opts: BenchOptions) -> BenchResult:
                             "raw GB/s": raw * frame_bytes / 1e9,
                         },
                         ratio=zrl / raw,
+                        **{"ratio 95% CI": f"{lo:.2f}-{hi:.2f}"},
                         **{"zrl CPU us/msg": zrl_cpu, "raw CPU us/msg": raw_cpu, "CPU ratio": raw_cpu / zrl_cpu},
+                        **({"raw fresh msg/s": fresh, "ratio to fresh": zrl / fresh} if fresh else {"raw fresh msg/s": "-", "ratio to fresh": "-"}),
                     )
                     samples[f"{transport}/{chunk.name}"] = {
-                        "msg_per_s": rates, "cpu_us_per_msg": cpu_us, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
+                        "msg_per_s": rates, "ratio_ci95": [lo, hi], "cpu_us_per_msg": cpu_us, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
                     }
     finally:
         for w in reversed(workers):
@@ -414,6 +443,8 @@ def run(opts: BenchOptions) -> BenchResult:
     result.notes += [
         f"Target: ratio (zrl msg/s / raw msg/s) >= {TARGET_RATIO}. Medians of {rounds} windows of ~{window_s} s per side, "
         "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
+        "ratio 95% CI: a bootstrap interval of the ratio of medians (each side's windows resampled on their own, 2000 "
+        "times, seed 0): how far this run's noise leaves the ratio uncertain.",
         "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
         "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
         "CPU is the limit, as it is with 4 busy threads on 2 cores.",
@@ -426,6 +457,10 @@ def run(opts: BenchOptions) -> BenchResult:
         "drops each frame.",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
         "threshold), default copy below; recv(copy=False) only.",
+        "raw fresh (frames from 64 KiB up; informative, the target is against raw): raw, but each message from the next "
+        "of a ring of HWM + 2 payloads, so that its bytes are as cold in the caches as a new message's, as zrl's are: "
+        "ZeroMQ holds a frame until it is sent, so the recorder cycles through as many frames as the queue holds. "
+        "raw's one payload stays in the caches. ratio to fresh = zrl msg/s / raw fresh msg/s.",
         "Sender and receiver are separate spawned processes; tcp://127.0.0.1 (port chosen by the OS) or ipc:// in a "
         f"temporary directory; SNDHWM = RCVHWM = {HWM_BYTES >> 20} MiB of messages clamped to [8, 1000], identical for zrl and raw.",
         "Chunks: " + "; ".join(f"{c.name}: {c.what}, obs {c.obs_dtype}[{c.T + 1}, {c.K}, {', '.join(map(str, c.obs_shape))}]" for c in chunks)
@@ -435,6 +470,12 @@ def run(opts: BenchOptions) -> BenchResult:
     result.notes.append(
         f"A message carries T x K env steps; the fewest zrl carried here were {steps[1]['zrl_env_steps_per_s'] / 1e6:.2f} M env steps/s ({steps[0]})."
     )
+    below = [f"{k} {statistics.median(v['msg_per_s']['zrl']) / statistics.median(v['msg_per_s']['raw']):.3f} "
+             f"(95% CI {v['ratio_ci95'][0]:.2f}-{v['ratio_ci95'][1]:.2f}"
+             + (", wholly below)" if v["ratio_ci95"][1] < TARGET_RATIO else ")")
+             for k, v in samples.items()
+             if statistics.median(v["msg_per_s"]["zrl"]) < TARGET_RATIO * statistics.median(v["msg_per_s"]["raw"])]
+    result.notes.append(f"Rows under the target of {TARGET_RATIO}: " + ("; ".join(below) if below else "none") + ".")
     if opts.quick:
         result.notes.append(f"QUICK run: {rounds} windows of {window_s} s; a smoke test, not a measurement.")
     return result
