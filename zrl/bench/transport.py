@@ -115,7 +115,9 @@ def _recorder(algo, K: int, sender):
 
 def _fresh(nbytes: int) -> bool:
     """Whether a row also measures raw from fresh payloads: frames raw sends without a copy."""
-    return nbytes >= 64 << 10  # pyzmq's COPY_THRESHOLD (zmq.COPY_THRESHOLD; zrl: wire.SEND_ZERO_COPY_FROM)
+    import zmq
+
+    return nbytes >= zmq.COPY_THRESHOLD
 
 
 def _hwm(nbytes: int) -> int:
@@ -378,10 +380,10 @@ def run(opts: BenchOptions) -> BenchResult:
         columns=["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio",
                  "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", "raw fresh msg/s", "ratio to fresh"],
     )
-    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 10-15% (its
+    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 8-18% (its
     # coefficient of variation) whether it lasts 0.125, 0.25 or 0.5 s, so a row's precision
-    # comes from the number of windows. With 15 a side its ratio moved by +-0.1 between runs;
-    # with 50 the bootstrap interval is about +-0.03 (bench/TRANSPORT.md).
+    # comes from the number of windows. With 15 a side a row's 95% interval was +-0.05 to
+    # +-0.1; with 50, +-0.03 to +-0.06 (bench/TRANSPORT.md).
     rounds = 2 if opts.quick else max(ROUNDS_PER_REPEAT * opts.repeats, 3)
     window_s = QUICK_WINDOW_S if opts.quick else WINDOW_S
     warmup_s = QUICK_WARMUP_S if opts.quick else WARMUP_S
