@@ -16,7 +16,8 @@ OUT = HERE / "out"
 INTRO = """# zrl benchmarks
 
 `zrl bench NAME --out DIR` runs one benchmark (`zrl bench all` runs every
-one) and writes `DIR/NAME.json` and `DIR/NAME.md`; `--quick` is a smoke test
+one), prints each row of its table as soon as it is measured, and writes
+`DIR/NAME.json` and `DIR/NAME.md`; `--quick` is a smoke test
 with small sizes, not a measurement; `--seconds` sets the length of the
 one-run benchmarks (`pong`, `soak`; 600 s by default). Every benchmark runs the reference it is
 judged against **in the same run**, reports medians of several timed repeats

@@ -82,3 +82,17 @@ def test_zrl_bench_takes_sigterm_as_ctrl_c():
             wait_for(lambda: False, 10, "SIGTERM to arrive")
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_rows_are_shown_as_they_are_added_only_while_asked():
+    from zrl.bench.harness import BenchResult, rows_shown
+
+    lines = []
+    result = BenchResult(name="demo", title="t", columns=["env", "rate", "ratio"])
+    result.add(env="before", rate=1.0, ratio="")
+    with rows_shown(lines.append):
+        result.add(env="CartPole-v1", rate=12345.6, ratio="-")  # (empty and "-" cells are left out)
+        result.add(env="Pong", rate=0.5, ratio=0.91)
+    result.add(env="after", rate=2.0, ratio=1.0)
+    assert lines == ["  [demo] env CartPole-v1, rate 12,346", "  [demo] env Pong, rate 0.5, ratio 0.91"]
+    assert len(result.rows) == 4

@@ -230,6 +230,9 @@ def test_bench_kernels_quick_writes_results(tmp_path):
     assert [(r["T"], r["B"]) for r in data["rows"]] == [(20, 32), (80, 32)]
     assert all(r["zrl_us"] > 0 and r["torch_us"] > 0 for r in data["rows"])
     assert (tmp_path / "kernels.md").read_text().startswith("## V-trace")
+    # Each row is shown as it is measured, before the table and the files.
+    shown = [line for line in p.output.splitlines() if line.startswith("  [kernels] T 20, B 32, zrl_us ")]
+    assert len(shown) == 1 and p.output.index(shown[0]) < p.output.index("wrote ")
 
 
 @pytest.mark.timeout(360)

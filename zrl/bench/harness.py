@@ -8,6 +8,7 @@ repeats, so every figure is a median over repeats, never one sample.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -200,6 +201,29 @@ class BenchResult:
 
     def add(self, **row: Any) -> None:
         self.rows.append(row)
+        if _on_row is not None:
+            _on_row(self, row)
+
+
+# While `rows_shown` is active: called with each row a benchmark adds, as it adds it.
+_on_row: Callable[[BenchResult, dict[str, Any]], None] | None = None
+
+
+@contextlib.contextmanager
+def rows_shown(echo: Callable[[str], None]):
+    """Within it, every row any benchmark adds is passed to echo as one line, as it comes,
+    so a benchmark that runs for minutes shows its progress (`zrl bench` uses it)."""
+    global _on_row
+
+    def show(result: BenchResult, row: dict[str, Any]) -> None:
+        cells = ", ".join(f"{c} {_fmt(row[c])}" for c in result.columns if c in row and row[c] not in ("", "-"))
+        echo(f"  [{result.name}] {cells}")
+
+    before, _on_row = _on_row, show
+    try:
+        yield
+    finally:
+        _on_row = before
 
 
 def _fmt(v: Any) -> str:

@@ -5,7 +5,7 @@ import importlib
 from pathlib import Path
 
 from zrl.bench import BENCHMARKS
-from zrl.bench.harness import TIMED, BenchOptions, format_table, write_result
+from zrl.bench.harness import TIMED, BenchOptions, format_table, rows_shown, write_result
 
 
 def check_seconds(name: str, seconds: float | None) -> None:
@@ -26,7 +26,8 @@ def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int
     results = []
     for n in names:
         print(f"== zrl bench {n}{' (quick)' if quick else ''}", flush=True)
-        result = importlib.import_module(BENCHMARKS[n]).run(opts)
+        with rows_shown(lambda line: print(line, flush=True)):  # each row as it is measured
+            result = importlib.import_module(BENCHMARKS[n]).run(opts)
         print(result.title)
         print(format_table(result))
         for note in result.notes:
