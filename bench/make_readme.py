@@ -79,15 +79,16 @@ T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
 (565 KB). Target (issue 5): at least 0.9 of raw.
 
 **Every row reaches 0.9 in most runs, but not in every run. The row that
-falls short most often is 23 KB over ipc (0.87-0.92): the receiver reads
+falls short most often is 23 KB over ipc (0.87-0.94): the receiver reads
 every value it checks, and raw reads none.** Each row is the median of 50
 windows of 0.25 s a side (10 per `--repeats`), and `ratio 95% CI` is a
 bootstrap interval for its ratio, so a row's distance from 0.9 can be read
 against that run's noise. One window's rate varies by 8-18% on these
 shared 2-vCPU machines (an AMD EPYC with AVX-512, Zen 4). With the 15
 windows a side used until 11-27, rows moved by ±0.1 from run to run. Runs
-on 11-27 with 50 windows a side (tcp / ipc, at 2 KB, 23 KB and Atari); the
-last run is the table below:
+on 11-27 with 50 windows a side (tcp / ipc, at 2 KB, 23 KB and Atari; times
+in UTC, the last three at the end of the run); the last run is the table
+below:
 
 | time (UTC) | tcp | ipc |
 | --- | --- | --- |
@@ -95,8 +96,11 @@ last run is the table below:
 | 10:23 | 0.96, 0.97, 0.96 | 0.90, 0.89, 0.98 |
 | 10:26 | 0.96, 0.95, 1.13 | 0.95, 0.90, 1.00 |
 | 10:29 | 0.96, 0.96, 1.00 | 0.92, 0.87, 1.03 |
+| 11:31 | 0.93, 0.96, 0.96 | 0.92, 0.89, 0.96 |
+| 11:41 | 1.00, 0.93, 0.96 | 0.95, 0.94, 0.99 |
+| 11:44 | 0.95, 0.96, 0.95 | 0.93, 0.91, 0.98 |
 
-What keeps zrl from raw, measured (TRANSPORT.md, last two sections):
+What keeps zrl from raw, measured (TRANSPORT.md, last three sections):
 - **At 23 KB, reading the values.** zrl's gate reads every float (no NaN
   or infinity) and every action (in range). In alternating runs, the
   receiver without those rules brought the row from 0.89-0.92 to
@@ -114,6 +118,13 @@ What keeps zrl from raw, measured (TRANSPORT.md, last two sections):
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
 included. On 2 shared cores the throughput ratio follows the CPU ratio.
+The next column splits zrl's extra CPU per message by thread: the sender's
+and the receiver's main thread (S main, R main) and their ZeroMQ I/O threads.
+At 23 KB over ipc it is spread over all four, about +0.4, +0.2 to +1.0,
++1.0 to +1.5 and +0.5 to +1.0 µs. Two receivers tried on it were not
+kept: a nap after a burst that emptied the socket raised 23 KB to 1.02-1.09
+but cost Atari 6-30%, and would gather nothing at a learner's rates; and
+a prefetch of the checked lines changed nothing.
 Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 

@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 
 import pytest
 
 from zrl.bench import BENCHMARKS
 from zrl.bench.harness import BenchOptions, ratio_interval
-from zrl.bench.transport import CHUNKS, TRANSPORTS, run
+from zrl.bench.transport import BY_THREAD, CHUNKS, PARTS, SLEEPS, TRANSPORTS, run
 
 
 def test_transport_bench_quick_reports_every_transport_and_chunk(tmp_path):
     assert BENCHMARKS["transport"] == "zrl.bench.transport"
     result = run(BenchOptions(out=tmp_path, quick=True))
     assert result.columns == ["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio",
-                              "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", "raw fresh msg/s",
-                              "ratio to fresh"]
+                              "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", BY_THREAD,
+                              "raw fresh msg/s", "ratio to fresh"]
     assert [(r["transport"], r["chunk"]) for r in result.rows] == [(t, c.name) for t in TRANSPORTS for c in CHUNKS]
     for row in result.rows:
         assert set(row) == set(result.columns)
@@ -27,6 +28,16 @@ def test_transport_bench_quick_reports_every_transport_and_chunk(tmp_path):
         # Both processes use CPU for every message: a send, a receive, the I/O threads between.
         assert row["zrl CPU us/msg"] > 0 and row["raw CPU us/msg"] > 0
         assert abs(row["CPU ratio"] - row["raw CPU us/msg"] / row["zrl CPU us/msg"]) < 1e-9
+        by_thread = result.extra["windows"][f"{row['transport']}/{row['chunk']}"]["by_thread_per_msg"]
+        assert set(by_thread) >= {"zrl", "raw"} and all(set(v) == set(PARTS + SLEEPS) for v in by_thread.values())
+        # The difference column is zrl's median minus raw's, thread by thread, in PARTS' order.
+        assert [float(x) for x in row[BY_THREAD].split(", ")] == pytest.approx(
+            [by_thread["zrl"][k] - by_thread["raw"][k] for k in PARTS], abs=0.006)
+        for side in by_thread.values():
+            # Every message passes through both main threads; on Linux the I/O threads move the bytes.
+            assert side["sender main"] > 0 and side["receiver main"] > 0
+            if sys.platform == "linux":
+                assert side["sender io"] > 0 and side["receiver io"] > 0
         if row["bytes/msg"] >= 64 << 10:  # sent without a copy: raw from a ring of payloads too
             assert row["raw fresh msg/s"] > 0
             assert abs(row["ratio to fresh"] - row["zrl msg/s"] / row["raw fresh msg/s"]) < 1e-9

@@ -44,6 +44,8 @@ message sent is received (nothing is left queued for the next window). zrl
 and raw alternate window by window (the order flips each round), so a noisy
 neighbour hits both alike; each figure is the median of the windows, and each
 ratio comes with a bootstrap 95% interval over them (`harness.ratio_interval`).
+Each window's CPU is also split by thread (each process's main thread and its
+ZeroMQ I/O thread, `_thread_cpu`), so a row shows where zrl's extra CPU goes.
 """
 from __future__ import annotations
 
@@ -142,6 +144,32 @@ def _socket(ctx, kind, hwm: int, cap: int):
 # ("ok", value) or ("error", traceback); it closes its sockets on every exit path.
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds this process has used so far and its sleeps (voluntary context
+    switches), its main thread apart from the others (ZeroMQ's I/O thread; the rest
+    idle), from Linux's /proc/self/task. Elsewhere the whole process counts as main."""
+    out = {"main": 0.0, "io": 0.0, "main sleeps": 0.0, "io sleeps": 0.0}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        tids = []
+    pid = str(os.getpid())
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])  # time on the CPU, in ns
+            with open(f"/proc/self/task/{tid}/status") as f:
+                sleeps = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue  # a thread that ended meanwhile
+        part = "main" if tid == pid else "io"
+        out[part] += ns / 1e9
+        out[part + " sleeps"] += sleeps
+    if out["main"] == 0.0:  # no /proc: the process total
+        out["main"] = time.process_time()
+    return out
+
+
 def _serve(conn, handlers: dict, cleanup) -> None:
     try:
         while True:
@@ -226,7 +254,7 @@ def _receiver_main(conn) -> None:
             raise RuntimeError(f"the gate rejected {rejected} of {n} zrl frames")
         return dt
 
-    _serve(conn, {"setup": setup, "window": window, "teardown": teardown, "cpu": time.process_time},
+    _serve(conn, {"setup": setup, "window": window, "teardown": teardown, "cpu": _thread_cpu},
            lambda: (teardown(), ctx.term()))
 
 
@@ -292,7 +320,7 @@ def _sender_main(conn) -> None:
             for frame in end_chunk():  # the queue was full: wait, as the actor's link does
                 sock.send(frame, copy=False)
 
-    _serve(conn, {"frame_size": frame_size, "setup": setup, "window": window, "teardown": teardown, "cpu": time.process_time},
+    _serve(conn, {"frame_size": frame_size, "setup": setup, "window": window, "teardown": teardown, "cpu": _thread_cpu},
            lambda: (teardown(), ctx.term()))
 
 
@@ -339,20 +367,31 @@ class _Worker:
         self.conn.close()
 
 
-def _cpu(receiver: _Worker, sender: _Worker) -> float:
-    """CPU seconds the two processes have used so far, their ZeroMQ I/O threads included."""
-    return receiver.call("cpu") + sender.call("cpu")
+# The parts of the CPU a window is split into: each process's main thread and its others
+# (ZeroMQ's I/O thread), in CPU seconds, and how often each slept (see _thread_cpu).
+PARTS = ("sender main", "sender io", "receiver main", "receiver io")
+SLEEPS = tuple(p + " sleeps" for p in PARTS)
+BY_THREAD = "zrl - raw CPU us/msg: S main, S I/O, R main, R I/O"
 
 
-def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[float, float]:
-    """Messages per second over one window of n messages (timed at the receiver), and the CPU
-    microseconds per message that both processes spent on it."""
+def _cpu(receiver: _Worker, sender: _Worker) -> dict[str, float]:
+    """CPU seconds (and sleeps) the two processes have used so far, by thread (PARTS, SLEEPS)."""
+    r, s = receiver.call("cpu"), sender.call("cpu")
+    return {**{"sender " + k: v for k, v in s.items()}, **{"receiver " + k: v for k, v in r.items()}}
+
+
+def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[float, float, dict[str, float]]:
+    """Messages per second over one window of n messages (timed at the receiver), the CPU
+    microseconds per message that both processes spent on it, and that CPU (us) and the
+    threads' sleeps per message by thread (PARTS, SLEEPS)."""
     cpu0 = _cpu(receiver, sender)
     receiver.send("window", mode, n)
     sender.send("window", mode, n)
     sender.reply()
     dt = receiver.reply()
-    return (n - 1) / max(dt, 1e-9), (_cpu(receiver, sender) - cpu0) / n * 1e6
+    cpu1 = _cpu(receiver, sender)
+    per_msg = {k: (cpu1[k] - cpu0[k]) / n * (1e6 if k in PARTS else 1) for k in PARTS + SLEEPS}
+    return (n - 1) / max(dt, 1e-9), sum(per_msg[k] for k in PARTS), per_msg
 
 
 def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, window_s: float, warmup_s: float):
@@ -360,17 +399,20 @@ def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, 
     modes = MODES + (FRESH,) if _fresh(frame_bytes) else MODES
     n = {}
     for mode in modes:
-        rate, _ = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
-        rate, _ = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
+        rate, _, _ = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
+        rate, _, _ = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
         n[mode] = max(16, int(rate * window_s))
     rates: dict[str, list[float]] = {m: [] for m in modes}
     cpu_us: dict[str, list[float]] = {m: [] for m in modes}
+    threads: dict[str, dict[str, list[float]]] = {m: {k: [] for k in PARTS + SLEEPS} for m in modes}
     for r in range(rounds):
         for mode in modes if r % 2 == 0 else modes[::-1]:
-            rate, us = _window(receiver, sender, mode, n[mode])
+            rate, us, parts = _window(receiver, sender, mode, n[mode])
             rates[mode].append(rate)
             cpu_us[mode].append(us)
-    return rates, cpu_us, n
+            for k, v in parts.items():
+                threads[mode][k].append(v)
+    return rates, cpu_us, threads, n
 
 
 def run(opts: BenchOptions) -> BenchResult:
@@ -378,7 +420,8 @@ def run(opts: BenchOptions) -> BenchResult:
         name="transport",
         title="Transport: IMPALA trajectory chunks through zrl vs raw pyzmq PUSH/PULL (same bytes per message)",
         columns=["transport", "chunk", "bytes/msg", "zrl msg/s", "raw msg/s", "zrl GB/s", "raw GB/s", "ratio",
-                 "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", "raw fresh msg/s", "ratio to fresh"],
+                 "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", BY_THREAD, "raw fresh msg/s",
+                 "ratio to fresh"],
     )
     # Many short windows: on a shared 2-vCPU VM one window's rate varies by 8-18% (its
     # coefficient of variation) whether it lasts 0.125, 0.25 or 0.5 s, so a row's precision
@@ -405,7 +448,7 @@ def run(opts: BenchOptions) -> BenchResult:
                     os.makedirs(ipc_dir, exist_ok=True)
                     endpoints, native_note = receiver.call("setup", chunk, transport, ipc_dir, frame_bytes)
                     native_used = sender.call("setup", chunk, endpoints, frame_bytes)
-                    rates, cpu_us, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
+                    rates, cpu_us, threads, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
                     sender.call("teardown")
                     receiver.call("teardown")
                     zrl, raw = statistics.median(rates["zrl"]), statistics.median(rates["raw"])
@@ -415,6 +458,8 @@ def run(opts: BenchOptions) -> BenchResult:
                         below.append(f"{transport}/{chunk.name} {zrl / raw:.3f} (95% CI {lo:.2f}-{hi:.2f}"
                                      + (", wholly below)" if hi < TARGET_RATIO else ")"))
                     fresh = statistics.median(rates[FRESH]) if FRESH in rates else None
+                    medians = {m: {k: statistics.median(v) for k, v in parts.items()} for m, parts in threads.items()}
+                    extra_cpu = ", ".join(f"{medians['zrl'][k] - medians['raw'][k]:+.2f}" for k in PARTS)
                     result.add(
                         transport=transport,
                         chunk=chunk.name,
@@ -427,11 +472,13 @@ def run(opts: BenchOptions) -> BenchResult:
                         },
                         ratio=zrl / raw,
                         **{"ratio 95% CI": f"{lo:.2f}-{hi:.2f}"},
-                        **{"zrl CPU us/msg": zrl_cpu, "raw CPU us/msg": raw_cpu, "CPU ratio": raw_cpu / zrl_cpu},
+                        **{"zrl CPU us/msg": zrl_cpu, "raw CPU us/msg": raw_cpu, "CPU ratio": raw_cpu / zrl_cpu,
+                           BY_THREAD: extra_cpu},
                         **({"raw fresh msg/s": fresh, "ratio to fresh": zrl / fresh} if fresh else {"raw fresh msg/s": "-", "ratio to fresh": "-"}),
                     )
                     samples[f"{transport}/{chunk.name}"] = {
-                        "msg_per_s": rates, "ratio_ci95": [lo, hi], "cpu_us_per_msg": cpu_us, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
+                        "msg_per_s": rates, "ratio_ci95": [lo, hi], "cpu_us_per_msg": cpu_us,
+                        "by_thread_per_msg": medians, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
                     }
     finally:
         for w in reversed(workers):
@@ -454,6 +501,10 @@ def run(opts: BenchOptions) -> BenchResult:
         "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
         "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
         "CPU is the limit, as it is with 4 busy threads on 2 cores.",
+        f"{BY_THREAD}: where zrl's CPU per message differs from raw's, by thread: the sender's (S) and the "
+        "receiver's (R) main thread, and each process's other threads (ZeroMQ's I/O thread; the rest are idle); "
+        "medians of the same windows, from /proc/self/task. The JSON has each thread's CPU and sleeps (voluntary "
+        "context switches) per message for every side.",
         "zrl sender: the IMPALA recorder's end_chunk (M = 0 truncated rows): the actor's Sender.finish through its "
         "transport.Pusher (" + senders + "), then the next chunk's bootstrap row obs[0] = obs[T], in the same frame "
         "when it went out copied, else in a fresh one from the recorder's wire.Layout. Filling the T steps is the env "
