@@ -223,9 +223,14 @@ rl-baselines3-zoo's CartPole-v1 hyper-parameters in the same run. Ape-X
 counts a greedy evaluation actor's episodes. Issue 2's aim: under 10 s
 including start-up.
 
+The table at the end of this section is a run of 11-27 at noon, while the
+machine was in a slow phase (SB3 itself took 2.4 times as long as on 11-24):
+`cartpole_impala` took a median of 9.12 s against SB3's 25.2 s in the same
+run, 0.36 of SB3's time (0.47 on 11-24: 4.92 s against 10.38 s).
+
 **With `algo.reward_scale: 0.1` (shipped since 11-24) `cartpole_impala`
-reached the target in all of 39 seeds, none slower than 6.4 s** (the table's
-run: median 4.92 s, SB3 10.38 s). Until then single runs on 2 cores took
+reached the target in all of 39 seeds, none slower than 6.4 s** (on 11-24).
+Until then single runs on 2 cores took
 4-30 s and some stalled. 61 more seeds of the shipped config (700-760, one
 after another) all reached it too: median 4.95 s, slowest 7.6 s. In 39 seeds
 each (500-538, variants alternating seed by seed, each run capped at 25 s):
