@@ -89,3 +89,41 @@ def test_ratio_interval_brackets_the_ratio_narrows_with_more_windows_and_is_repr
         ratio_interval([1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="level"):
         ratio_interval([1.0, 2.0], [1.0, 2.0], level=1.0)
+
+
+def test_thread_cpu_counts_other_threads_apart_from_main_and_falls_back_to_the_process_total(monkeypatch):
+    import threading
+    import time
+
+    from zrl.bench import transport
+
+    spun, done = threading.Event(), threading.Event()
+
+    def spin():  # 50 ms of this thread's own CPU, then parked (an ended thread leaves /proc)
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.05:
+            pass
+        spun.set()
+        done.wait(30)
+
+    before = transport._thread_cpu()
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        assert spun.wait(30)
+        after = transport._thread_cpu()
+    finally:
+        done.set()
+        worker.join(30)
+    if sys.platform == "linux":
+        io, main = after["io"] - before["io"], after["main"] - before["main"]
+        assert io >= 0.045 and main < io
+    else:
+        assert after["main"] - before["main"] >= 0.045
+
+    def no_proc(path):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(transport.os, "listdir", no_proc)
+    fallback = transport._thread_cpu()
+    assert fallback["io"] == 0.0 and fallback["main"] >= after["main"] + after["io"] - 0.01

@@ -147,7 +147,8 @@ def _socket(ctx, kind, hwm: int, cap: int):
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds this process has used so far and its sleeps (voluntary context
     switches), its main thread apart from the others (ZeroMQ's I/O thread; the rest
-    idle), from Linux's /proc/self/task. Elsewhere the whole process counts as main."""
+    idle), from Linux's /proc/self/task: threads alive now (ZeroMQ's live as long as
+    the context). Elsewhere the whole process counts as main."""
     out = {"main": 0.0, "io": 0.0, "main sleeps": 0.0, "io sleeps": 0.0}
     try:
         tids = os.listdir("/proc/self/task")
@@ -165,8 +166,8 @@ def _thread_cpu() -> dict[str, float]:
         part = "main" if tid == pid else "io"
         out[part] += ns / 1e9
         out[part + " sleeps"] += sleeps
-    if out["main"] == 0.0:  # no /proc: the process total
-        out["main"] = time.process_time()
+    if out["main"] == 0.0:  # no /proc (or no main thread in it): the process total, as main
+        return {"main": time.process_time(), "io": 0.0, "main sleeps": 0.0, "io sleeps": 0.0}
     return out
 
 
