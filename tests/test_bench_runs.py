@@ -96,3 +96,24 @@ def test_rows_are_shown_as_they_are_added_only_while_asked():
     result.add(env="after", rate=2.0, ratio=1.0)
     assert lines == ["  [demo] env CartPole-v1, rate 12,346", "  [demo] env Pong, rate 0.5, ratio 0.91"]
     assert len(result.rows) == 4
+
+
+def test_learning_bench_gives_the_sb3_reference_a_log_folder_of_its_own_and_removes_it(monkeypatch):
+    """SB3's logger makes a folder ($SB3_LOGDIR, else a new tempdir/SB3-<time> left behind)."""
+    import json
+    import types
+
+    from zrl.bench import learning
+
+    monkeypatch.setitem(sys.modules, "stable_baselines3", types.ModuleType("stable_baselines3"))  # "installed"
+    seen = {}
+
+    def fake_run(argv, **kw):
+        folder = kw["env"]["SB3_LOGDIR"]
+        seen["folder"], seen["existed"] = folder, os.path.isdir(folder)
+        out = {"reached": True, "time_s": 1.0, "env_steps": 10, "mean_return": 500.0}
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(out) + "\n", stderr="")
+
+    monkeypatch.setattr(learning.subprocess, "run", fake_run)
+    assert learning.sb3_seed(1, 5.0) == {"reached": True, "time_s": 1.0, "env_steps": 10, "mean_return": 500.0}
+    assert seen["existed"] and not os.path.exists(seen["folder"])

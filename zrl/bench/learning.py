@@ -15,6 +15,7 @@ their exploring actors cannot reach 475 (summary.json says which).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -86,8 +87,11 @@ def sb3_seed(seed: int, max_s: float) -> dict | None:
         import stable_baselines3  # noqa: F401
     except ImportError:
         return None
-    p = subprocess.run([sys.executable, "-c", SB3_PPO, str(seed), str(TARGET), str(max_s)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=max_s + 120)
+    # SB3's logger makes a folder (SB3_LOGDIR, else a new tempdir/SB3-<time> left behind):
+    # one of ours, removed with the run.
+    with tempfile.TemporaryDirectory(prefix="zrl-learn-sb3-") as logdir:
+        p = subprocess.run([sys.executable, "-c", SB3_PPO, str(seed), str(TARGET), str(max_s)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=max_s + 120, env={**os.environ, "SB3_LOGDIR": logdir})
     if p.returncode != 0:
         raise RuntimeError(f"SB3 reference failed: {p.stderr[-1000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
