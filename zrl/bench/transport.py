@@ -381,10 +381,9 @@ def _cpu(receiver: _Worker, sender: _Worker) -> dict[str, float]:
     return {**{"sender " + k: v for k, v in s.items()}, **{"receiver " + k: v for k, v in r.items()}}
 
 
-def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[float, float, dict[str, float]]:
-    """Messages per second over one window of n messages (timed at the receiver), the CPU
-    microseconds per message that both processes spent on it, and that CPU (us) and the
-    threads' sleeps per message by thread (PARTS, SLEEPS)."""
+def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[float, dict[str, float]]:
+    """Messages per second over one window of n messages (timed at the receiver), and the CPU
+    (us) and sleeps per message that each thread of both processes spent on it (PARTS, SLEEPS)."""
     cpu0 = _cpu(receiver, sender)
     receiver.send("window", mode, n)
     sender.send("window", mode, n)
@@ -392,7 +391,7 @@ def _window(receiver: _Worker, sender: _Worker, mode: str, n: int) -> tuple[floa
     dt = receiver.reply()
     cpu1 = _cpu(receiver, sender)
     per_msg = {k: (cpu1[k] - cpu0[k]) / n * (1e6 if k in PARTS else 1) for k in PARTS + SLEEPS}
-    return (n - 1) / max(dt, 1e-9), sum(per_msg[k] for k in PARTS), per_msg
+    return (n - 1) / max(dt, 1e-9), per_msg
 
 
 def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, window_s: float, warmup_s: float):
@@ -400,17 +399,17 @@ def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, 
     modes = MODES + (FRESH,) if _fresh(frame_bytes) else MODES
     n = {}
     for mode in modes:
-        rate, _, _ = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
-        rate, _, _ = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
+        rate, _ = _window(receiver, sender, mode, FIRST_WINDOW_MSGS)
+        rate, _ = _window(receiver, sender, mode, max(16, int(rate * warmup_s)))
         n[mode] = max(16, int(rate * window_s))
     rates: dict[str, list[float]] = {m: [] for m in modes}
     cpu_us: dict[str, list[float]] = {m: [] for m in modes}
     threads: dict[str, dict[str, list[float]]] = {m: {k: [] for k in PARTS + SLEEPS} for m in modes}
     for r in range(rounds):
         for mode in modes if r % 2 == 0 else modes[::-1]:
-            rate, us, parts = _window(receiver, sender, mode, n[mode])
+            rate, parts = _window(receiver, sender, mode, n[mode])
             rates[mode].append(rate)
-            cpu_us[mode].append(us)
+            cpu_us[mode].append(sum(parts[k] for k in PARTS))  # both processes, all their threads
             for k, v in parts.items():
                 threads[mode][k].append(v)
     return rates, cpu_us, threads, n
