@@ -32,7 +32,7 @@ after a minute) and removes its temporary directory.
 The tables below were measured on the development machine: 2 vCPUs (AMD EPYC,
 x86-64: some sessions had one with AVX-512, VNNI and BF16, later ones one
 with AVX2 only, and 11-26 a slower one with AVX-512, VNNI and BF16 (Zen 4);
-stamps from 11-24 on name the SIMD level, older ones do not),
+stamps from late 11-24 on name the SIMD level, older ones do not),
 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU, shared with
 other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the replay gets its
 speed), [TRANSPORT.md](TRANSPORT.md) (where transport time goes, and the
@@ -83,7 +83,7 @@ falls short most often is 23 KB over ipc (0.87-0.94): the receiver reads
 every value it checks, and raw reads none.** Each row is the median of 50
 windows of 0.25 s a side (10 per `--repeats`), and `ratio 95% CI` is a
 bootstrap interval for its ratio, so a row's distance from 0.9 can be read
-against that run's noise. One window's rate varies by 8-18% on these
+against that run's noise. One window's rate varies by 8-20% on these
 shared 2-vCPU machines (an AMD EPYC with AVX-512, Zen 4). With the 15
 windows a side used until 11-27, rows moved by ±0.1 from run to run. Runs
 on 11-27 with 50 windows a side (tcp / ipc, at 2 KB, 23 KB and Atari; times
@@ -127,8 +127,9 @@ give the CPU time both processes spent per message, their I/O threads
 included. On 2 shared cores the throughput ratio follows the CPU ratio.
 The next column splits zrl's extra CPU per message by thread: the sender's
 and the receiver's main thread (S main, R main) and their ZeroMQ I/O threads.
-At 23 KB over ipc it is spread over all four, about +0.4, +0.2 to +1.0,
-+1.0 to +1.5 and +0.5 to +1.0 µs. Two receivers tried on it were not
+At 23 KB over ipc it is spread over all four: over the six runs of 11-27
+that had the split, +0.4 to +0.6 (S main), +0.2 to +1.0 (S I/O), +1.0 to
++1.9 (R main) and +0.5 to +1.4 µs (R I/O). Two receivers tried on it were not
 kept: a nap after a burst that emptied the socket raised 23 KB to 1.02-1.09
 but cost Atari 6-30%, and would gather nothing at a learner's rates; and
 a prefetch of the checked lines changed nothing.
@@ -171,7 +172,7 @@ the AVX2-only CPU of 11-25. With the shipped Pong config (24 envs, the
 policy acting on the first 8 ready, `actor.int8_torso: auto`):
 - **Pong actor -> sink: 0.882 of the raw env** (target 0.8). Its five
   bracketed runs gave 0.860-0.981, all five above 0.8.
-  - Earlier the same day: 0.939 (07:05, runs 0.863-1.085). Before these
+  - Earlier the same day: 0.939 (07:03, runs 0.863-1.085). Before these
     changes: 0.771 (runs 0.754-0.868). On 11-26, three tables gave 0.839,
     0.858 and 0.885.
   - Single runs spread widely here: alternating runs of the code before and
@@ -192,16 +193,17 @@ policy acting on the first 8 ready, `actor.int8_torso: auto`):
   median of actor runs bracketed by raw runs.
 - Learner update against a plain PyTorch loop on the same batch: 1.05 for
   Pong and 1.05 for CartPole (target at most 1.10). Earlier tables: 1.07 /
-  1.04 at 07:05, 1.06 / 1.05 on 11-26, and 0.82-1.09 across all tables.
+  1.04 at 07:03, 1.06 / 1.05 on 11-26, and 0.82-1.09 across all tables.
 - `zrl run` with 2 Pong actors: 2,872 env steps/s in this table. Earlier:
-  2,542 at 07:05, ~3,000-3,100 on 11-26, ~1,600-1,700 on the AVX2 CPU. The
+  2,542 at 07:03, ~3,000-3,100 on 11-26, ~2,100 on the AVX2 CPU (its table
+  is kept below; 1,600-1,900 in its earlier tables). The
   learner waits for data 8% of its time, so on 2 cores the CPU learner, not
   the actors, sets the pace. CartPole's rows have no target.
 - On a GPU (an H100, 11-26: no table here, the bench's CUDA rows need one):
   the CUDA path copies batches through pinned memory, non-blocking, and makes
   no synchronising call in the update beyond V-trace's round trip (checked by
   PyTorch's sync debug mode in the suite). zrl's update against the plain
-  loop: 1.02 for the deep net at 32 columns, 1.12-1.29 for the small nets,
+  loop: 1.02 for the deep net at 32 columns and 1.12 at 8, 1.19-1.29 for the small nets,
   where its CPU work per update shows; batches made on a prefetch thread (now
   the default on a GPU) took Pong's shallow net at 32 columns from 1.93 to
   1.29. Figures and runs: PIPELINE.md, "the learner on a GPU".
@@ -217,7 +219,7 @@ waiting inside `Gate.drain`, before its messages were made in C++."""),
     ("pipeline_avx2", """## pipeline on an AVX2-only CPU (kept)
 
 The same benchmark on an AMD EPYC with AVX2 alone (no AVX-512, VNNI or BF16;
-11-25, 05:11 UTC), with that day's code: the learner's gate refusing NaN and
+11-25, 05:22 UTC), with that day's code: the learner's gate refusing NaN and
 infinite floats, the learner-update row timing the learner's own
 `update_step`. There the int8 torso runs in zrl's AVX2 kernel and the
 learner in fp32."""),
@@ -230,10 +232,32 @@ rl-baselines3-zoo's CartPole-v1 hyper-parameters in the same run. Ape-X
 counts a greedy evaluation actor's episodes. Issue 2's aim: under 10 s
 including start-up.
 
-The table at the end of this section is a run of 11-27 at noon, while the
-machine was in a slow phase (SB3 itself took 2.4 times as long as on 11-24):
-`cartpole_impala` took a median of 9.12 s against SB3's 25.2 s in the same
-run, 0.36 of SB3's time (0.47 on 11-24: 4.92 s against 10.38 s).
+The table at the end of this section is a run of 11-27 at 13:08 UTC, while
+the machine was in a slow phase (SB3 took 15.4-21.4 s, against 10.4 on
+11-24): `cartpole_impala` took a median of 7.82 s (6.2-10.0) against SB3's
+19.7 s in the same run, 0.40 of SB3's time (0.36 in a run at noon, 9.12 s
+against 25.2; 0.47 on 11-24, 4.92 s against 10.38 s).
+
+**The curves** (learning.png below, drawn since 11-27: each seed's mean
+return against seconds from its start and against env steps) show what the
+table cannot:
+- zrl needs 8-11 times SB3's env steps (medians 535k for IMPALA and 797k for
+  Ape-X against 69.5k) and still finishes first with IMPALA, as its actors
+  step 64 envs at once.
+- IMPALA's return rises to 200-330 in its first 1-3 s of episodes, falls
+  back to 60-85, stays low for 1-3 s, then climbs to 475 in 0.5-1.5 s, in
+  all three seeds. In a sweep of 10 seeds (500-509, `zrl run` with the curve
+  logged every 0.5 s, variants alternating seed by seed) the shipped config
+  fell by more than 100 points in 8 of 10 runs (median fall 174) and reached
+  475 in a median of 7.88 s. `learner.learning_rate=0.0005` (10.86 s, 9 of
+  10 fell), `algo.entropy_cost=0.01` (8.24 s, 10 of 10) and
+  `learner.batch_size=128` (11.15 s, 10 of 10) kept the fall and were
+  slower (11-27, 13:10-13:20 UTC). So the fall, 1-3 s of most runs, stays:
+  none of these settings removes it.
+- At zrl's rate the last 100 episodes span well under a second of play, so
+  its curve follows the policy closely; SB3's 8 envs average over longer.
+- Ape-X's greedy evaluation actor climbs slowly: past 100 at 8-12 s, 150-280
+  at 20-24 s, then 475 at 32-39 s.
 
 **With `algo.reward_scale: 0.1` (shipped since 11-24) `cartpole_impala`
 reached the target in all of 39 seeds, none slower than 6.4 s** (on 11-24).
@@ -298,7 +322,8 @@ frames). Random play scores about -20.5. `zrl bench pong` runs 10 minutes;
 frames/s; 13.2M frames). The run used today's actor: the int8 FC in blocks,
 act() without torch, and the one-call chunk boundary. The return held at
 -19.7 to -20.5 for 9 minutes. It stood a point up at minute 10 (6.4M
-frames), climbed ~2.5 points a minute to -1.3 at minute 19, and ended at
+frames), climbed ~2 points a minute (~2.5 at its steepest, minutes 13-17)
+to -1.3 at minute 19, and ended at
 -1.7. The learner waited for data 11% of its time. The table before it
 (11-26, same machine, 12.4k frames/s) went -20.4 -> -5.7 at minute 18 and
 -8.2 at minute 20, with its rise at minute 10 too. This machine trains at
@@ -358,7 +383,8 @@ A 20-minute run on the 11-24 machine (`zrl run --config
 configs/pong_impala.yaml --max-seconds 1200`, 13.7k frames/s, 25,600
 updates) went on from there: -20.4 (minute 1), -17.2 (10), -7.4 (13),
 -4.5 (14), then -2 to -5 until minute 20 (-2.8 at the end, 16.4M frames).
-Both 20-minute runs level off between -3 and -8: Pong is not learned in 20
+The 20-minute runs ended between -1.7 and -8 (11-27: -1.7, still climbing;
+11-24: -2.8; 11-26: -8.2): Pong is not learned in 20
 minutes on a CPU learner (a learned game scores +18 to +21); give it longer,
 or a GPU learner."""),
     ("pong_avx512_1124", """## pong on the AVX-512 machine of 11-24 (kept)

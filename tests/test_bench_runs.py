@@ -117,3 +117,38 @@ def test_learning_bench_gives_the_sb3_reference_a_log_folder_of_its_own_and_remo
     monkeypatch.setattr(learning.subprocess, "run", fake_run)
     assert learning.sb3_seed(1, 5.0) == {"reached": True, "time_s": 1.0, "env_steps": 10, "mean_return": 500.0}
     assert seen["existed"] and not os.path.exists(seen["folder"])
+
+
+def test_learning_curve_is_read_from_the_learners_scalars_timed_from_the_start(tmp_path):
+    import time
+
+    from zrl.bench.learning import read_curve
+    from zrl.metrics import MetricsWriter
+
+    t0 = time.time()
+    w = MetricsWriter(tmp_path, console=False)
+    for steps, ret in ((1000, 20.0), (2000, 150.5), (3000, None), (4000, 480.25)):  # (None: no episode yet, not logged)
+        w.scalars({"episode/return": ret, "eval/return": None, "perf/env_steps_per_s": 9.0}, steps)
+    w.close()
+    curve = read_curve(tmp_path, "episode/return", t0)
+    assert [(p[1], p[2]) for p in curve] == [(1000, 20.0), (2000, 150.5), (4000, 480.25)]
+    assert all(0 <= p[0] <= time.time() - t0 for p in curve)
+    assert read_curve(tmp_path, "eval/return", t0) == []
+
+
+def test_learning_plot_draws_every_curve_or_says_it_cannot(tmp_path):
+    import importlib.util
+
+    from zrl.bench.learning import plot
+
+    runs = {
+        "zrl cartpole_impala": [{"curve": [[3.0, 30_000, 40.0], [6.0, 300_000, 480.0]]}, {"curve": [[3.5, 32_000, 35.0], [7.0, 350_000, 476.0]]}],
+        "SB3 PPO (rl-zoo)": [{"curve": [[2.0, 100, 12.0], [20.0, 60_000, 475.5]]}],
+    }
+    png = tmp_path / "out" / "learning.png"
+    assert plot({"zrl cartpole_impala": [{"reached": False}]}, png) is False and not png.exists()  # no curve at all
+    drew = plot(runs, png)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert drew is False and not png.exists()
+    else:
+        assert drew is True and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

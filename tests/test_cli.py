@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -238,11 +239,15 @@ def test_bench_kernels_quick_writes_results(tmp_path):
 @pytest.mark.timeout(360)
 def test_default_config_learns_cartpole(tmp_path):
     """The learning test: the real CLI, default config, 2 actors, a generous bound."""
+    before = time.time()
     run = Proc(["run", "--config", str(DEFAULT_CONFIG), "--seed", "1", "--logdir", str(tmp_path), "--stop-at-return", "400", "--max-seconds", "300"])
     assert run.wait(340) == 0, run.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reached"] is True, summary
     assert summary["final_mean_return"] >= 400
+    # Times count from the command's process start, which summary.json gives.
+    assert before - 1 <= summary["started_at_unix"] <= time.time() - summary["wall_s"] + 1
+    assert 0 < summary["time_to_target_s"] <= summary["wall_s"]
 
 
 @pytest.mark.timeout(300)

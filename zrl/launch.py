@@ -492,6 +492,7 @@ def _summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, l
     run_steps = steps - int(final.get("resumed_env_steps", 0))  # this run's, after a --resume
     reached_unix = final.get("reached_at_unix")
     summary = {
+        "started_at_unix": round(opts.t_start, 3),  # (wall_s and time_to_target_s count from here)
         "wall_s": round(wall, 3),
         "time_to_target_s": round(reached_unix - opts.t_start, 3) if reached_unix else None,
         "env_steps": steps,

@@ -423,10 +423,10 @@ def run(opts: BenchOptions) -> BenchResult:
                  "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", BY_THREAD, "raw fresh msg/s",
                  "ratio to fresh"],
     )
-    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 8-18% (its
+    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 8-20% (its
     # coefficient of variation) whether it lasts 0.125, 0.25 or 0.5 s, so a row's precision
     # comes from the number of windows. With 15 a side a row's 95% interval was +-0.05 to
-    # +-0.1; with 50, +-0.03 to +-0.06 (bench/TRANSPORT.md).
+    # +-0.1; with 50, +-0.03 to +-0.09 (bench/TRANSPORT.md).
     rounds = 2 if opts.quick else max(ROUNDS_PER_REPEAT * opts.repeats, 3)
     window_s = QUICK_WINDOW_S if opts.quick else WINDOW_S
     warmup_s = QUICK_WARMUP_S if opts.quick else WARMUP_S
