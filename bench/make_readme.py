@@ -252,8 +252,24 @@ table cannot:
   475 in a median of 7.88 s. `learner.learning_rate=0.0005` (10.86 s, 9 of
   10 fell), `algo.entropy_cost=0.01` (8.24 s, 10 of 10) and
   `learner.batch_size=128` (11.15 s, 10 of 10) kept the fall and were
-  slower (11-27, 13:10-13:20 UTC). So the fall, 1-3 s of most runs, stays:
-  none of these settings removes it.
+  slower (11-27, 13:10-13:20 UTC). Ten more seeds (510-519) tried three
+  more: `algo.baseline_cost=1.0` (8.55 s, 9 of 10 fell),
+  `learner.max_grad_norm=2.0` (9.39 s, 10 of 10) and
+  `algo.normalize_advantages=false` (7.29 s, 7 of 10), against 8.68 s
+  (7 of 10) for the shipped config. So the fall, 1-3 s of most runs, stays:
+  none of these settings removes it. In the TensorBoard log of one such run
+  (seed 501) each fall came with a jump of the baseline loss (0.4-0.8 to
+  1.3-2.7) and of the gradient norm (1.5 to 4-5.6, clipped at 0.5), while
+  the policy lag stayed at 1.3-2.4 versions: the value net falling behind
+  returns that grew faster than it could follow.
+- Without advantage normalization the shipped config may be a little
+  faster now that rewards are scaled (it lost 11 of 23 runs before the
+  scale, in the table below). Over 60 seeds (510-569), each run with and
+  without it: 7.73 s against 8.29 s at the median, faster in 41 of 60 pairs
+  (a sign test's p = 0.006), slowest 11.6 s against 10.6. But in the 20
+  pairs run in the other order (without first) it was faster in only 12
+  (-0.12 s at the median), so part of the gap may be the order. The config
+  keeps normalizing until a longer test settles it.
 - At zrl's rate the last 100 episodes span well under a second of play, so
   its curve follows the policy closely; SB3's 8 envs average over longer.
 - Ape-X's greedy evaluation actor climbs slowly: past 100 at 8-12 s, 150-280
