@@ -203,5 +203,7 @@ def run(opts: BenchOptions) -> BenchResult:
     if plot(runs, opts.out / "learning.png"):
         result.notes.append(f"Curves: learning.png (beside this table); zrl's learner logged every {CURVE_LOG_S:g} s in these runs "
                             "(-o learner.log_interval_s), the configs' own interval being 2 s.")
+    elif any(r.get("curve") for rs in runs.values() for r in rs):
+        result.notes.append("matplotlib is not installed: no plot of the curves (pip install -e .[bench]); learning.json has them.")
     result.extra["runs"] = runs
     return result
