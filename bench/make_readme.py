@@ -105,7 +105,11 @@ below:
 
 The 23 KB ipc row's median over these ten runs is 0.90. Three of the last
 six runs had every row at or above 0.9; in the other three, the rows under
-it (by 0.003 to 0.013) all had intervals that reached above 0.9.
+it (by 0.003 to 0.013) all had intervals that reached above 0.9. Three
+more runs that afternoon (12:50-13:55, the same code; TRANSPORT.md, last
+section) gave 23 KB over ipc 0.903, 0.888 and 0.898 (median of the day's
+13 runs: 0.90, 6 of them under 0.9), and one gave Atari over ipc 0.801
+(interval 0.73-0.84), followed three minutes later by 0.974.
 
 What keeps zrl from raw, measured (TRANSPORT.md, last three sections):
 - **At 23 KB, reading the values.** zrl's gate reads every float (no NaN
@@ -127,9 +131,9 @@ give the CPU time both processes spent per message, their I/O threads
 included. On 2 shared cores the throughput ratio follows the CPU ratio.
 The next column splits zrl's extra CPU per message by thread: the sender's
 and the receiver's main thread (S main, R main) and their ZeroMQ I/O threads.
-At 23 KB over ipc it is spread over all four: over the six runs of 11-27
-that had the split, +0.4 to +0.6 (S main), +0.2 to +1.0 (S I/O), +1.0 to
-+1.9 (R main) and +0.5 to +1.4 µs (R I/O). Two receivers tried on it were not
+At 23 KB over ipc it is spread over all four: over the nine runs of 11-27
+that had the split, +0.3 to +0.6 (S main), +0.2 to +1.0 (S I/O), +1.0 to
++2.1 (R main) and +0.5 to +1.5 µs (R I/O). Two receivers tried on it were not
 kept: a nap after a burst that emptied the socket raised 23 KB to 1.02-1.09
 but cost Atari 6-30%, and would gather nothing at a learner's rates; and
 a prefetch of the checked lines changed nothing.
