@@ -248,6 +248,12 @@ def test_default_config_learns_cartpole(tmp_path):
     # Times count from the command's process start, which summary.json gives.
     assert before - 1 <= summary["started_at_unix"] <= time.time() - summary["wall_s"] + 1
     assert 0 < summary["time_to_target_s"] <= summary["wall_s"]
+    # The learner's return curve, as `zrl bench learning` reads it: timed from that start.
+    from zrl.bench.learning import read_curve
+
+    curve = read_curve(tmp_path, "episode/return", summary["started_at_unix"])
+    assert curve and all(0 < t <= summary["wall_s"] + 1 for t, _, _ in curve), curve
+    assert [s for _, s, _ in curve] == sorted(s for _, s, _ in curve) and curve[-1][1] <= summary["env_steps"]
 
 
 @pytest.mark.timeout(300)

@@ -84,3 +84,22 @@ def test_an_update_whose_gradients_overflow_leaves_the_weights_finite(ctx, make_
     push.close()
     assert runner.thread.is_alive()
     assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())
+
+
+@pytest.mark.timeout(90)
+def test_the_learner_logs_its_last_stretch_when_it_stops(make_learner, make_actor, tmp_path):
+    """TensorBoard's curves end where training did: with a log interval longer than the run,
+    the only scalars are those the learner writes as it stops."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = small_config("learner.log_interval_s=600")
+    learner, runner = make_learner(cfg, logdir=tmp_path / "run")
+    make_actor(cfg)
+    wait_for(lambda: learner.updates >= 5 and learner.episodes >= 1, 60, "5 updates and an episode")
+    learner.request_stop()
+    result = runner.join(30)
+    ea = EventAccumulator(str(tmp_path / "run"), size_guidance={"scalars": 0})
+    ea.Reload()
+    updates, returns = ea.Scalars("updates"), ea.Scalars("episode/return")
+    assert [e.value for e in updates] == [result.updates] and len(returns) == 1
+    assert 0 < updates[0].step <= result.env_steps and returns[0].value > 0

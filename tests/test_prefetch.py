@@ -89,7 +89,7 @@ def test_a_learner_with_prefetch_trains_and_stops_its_thread(make_learner, make_
     assert result.updates >= 10 and result.stop_reason == "interrupted"
     assert set(on) == {"zrl-prefetch"} and on["zrl-prefetch"] >= result.updates
     assert _threads() == []
-    assert learner.lag_n > 0  # the chunks' versions came along with their batches
+    assert learner.run_lag_n > 0  # the chunks' versions came along with their batches (the run's count: the last log took the interval's)
 
 
 def test_a_failing_collate_on_the_prefetch_thread_ends_the_run_with_its_error(make_learner, make_actor, monkeypatch):

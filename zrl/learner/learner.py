@@ -733,15 +733,23 @@ class Learner:
                 self._log_waiting(metrics, now - t_start)
                 last_wait_log = now
 
+        def last(reason: str) -> str:
+            # The stretch since the last log, logged too: TensorBoard's curves (and the console)
+            # end where training did, with the return that stopped it, not up to a log interval before.
+            now = time.perf_counter()
+            if now > last_log:
+                self._log(metrics, now - t_start, env_rate, sample_rate, samples, wait_s / (now - last_log), stats_acc, n_acc)
+            return reason
+
         while True:
             if self._stop.is_set():
-                return self._stop_reason()
+                return last(self._stop_reason())
             if time_up():
-                return "time limit"
+                return last("time limit")
             if self.max_env_steps is not None and self.env_steps >= self.max_env_steps:
-                return "env step limit"
+                return last("env step limit")
             if self._target_reached():
-                return "target reached"
+                return last("target reached")
             t_wait = time.perf_counter()
             if algo.uses_replay:
                 batch = algo.sample(self.device)
