@@ -15,7 +15,8 @@ their exploring actors cannot reach 475 (summary.json says which).
 Each run's curve (seconds from its start, env steps, mean return of the last
 100 episodes) goes into learning.json and is drawn in DIR/learning.png: zrl's
 from the learner's TensorBoard scalars (logged every CURVE_LOG_S in these runs,
-not the configs' 2 s, so a 9 s run has a curve), SB3's from its callback.
+not the configs' 2 s, so a 9 s run has a curve, and once more as training
+stops), SB3's from its callback.
 """
 from __future__ import annotations
 
@@ -95,9 +96,6 @@ def zrl_seed(config: str, seed: int, max_s: float) -> dict:
         source = s.get("return_source", "train")
         curve = read_curve(d, "eval/return" if source == "eval" else "episode/return", s["started_at_unix"])
     t = s["time_to_target_s"] if s["reached"] else max_s  # (as the reference's: the cap, whatever stopped it)
-    # The moment it reached the target, as SB3's curve ends (with the env steps at the run's end, a moment later).
-    if s["reached"] and (not curve or curve[-1][0] < t):
-        curve.append([t, s["env_steps"], round(s["final_mean_return"], 2)])
     return {"reached": s["reached"], "time_s": t, "env_steps": s["env_steps"], "return_source": source, "curve": curve}
 
 

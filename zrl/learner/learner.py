@@ -733,12 +733,15 @@ class Learner:
                 self._log_waiting(metrics, now - t_start)
                 last_wait_log = now
 
+        def log(now: float) -> None:  # the stretch since last_log
+            self._log(metrics, now - t_start, env_rate, sample_rate, samples, wait_s / (now - last_log), stats_acc, n_acc)
+
         def last(reason: str) -> str:
-            # The stretch since the last log, logged too: TensorBoard's curves (and the console)
-            # end where training did, with the return that stopped it, not up to a log interval before.
+            # Logged as training stops too: TensorBoard's curves (and the console) end where
+            # training did, with the return that stopped it, not up to a log interval before.
             now = time.perf_counter()
             if now > last_log:
-                self._log(metrics, now - t_start, env_rate, sample_rate, samples, wait_s / (now - last_log), stats_acc, n_acc)
+                log(now)
             return reason
 
         while True:
@@ -815,7 +818,7 @@ class Learner:
 
             now = time.perf_counter()
             if now - last_log >= lc.log_interval_s:
-                self._log(metrics, now - t_start, env_rate, sample_rate, samples, wait_s / (now - last_log), stats_acc, n_acc)
+                log(now)
                 stats_acc.clear()
                 n_acc = 0
                 wait_s = 0.0
