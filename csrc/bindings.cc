@@ -789,6 +789,78 @@ struct BufferView {
   ~BufferView() { PyBuffer_Release(&v); }
 };
 
+// The chunks' arrays joined along `axis` into `out`, each element checked by the rule as
+// it is copied (zrl::copy_checked): the batch join of a learner whose gate left these
+// rules to it. Returns the indices of the parts that broke the rule (all of them are
+// copied regardless).
+py::list join_checked(const py::list& parts, int axis, const py::handle& out_obj, const std::string& rule_name,
+                      uint64_t bound) {
+  zrl::CopyRule rule;
+  if (rule_name == "none") rule = zrl::CopyRule::kNone;
+  else if (rule_name == "finite") rule = zrl::CopyRule::kFinite;
+  else if (rule_name == "bound") rule = zrl::CopyRule::kBound;
+  else throw py::value_error("rule: expected 'none', 'finite' or 'bound', got '" + rule_name + "'");
+  if (!py::isinstance<py::array>(out_obj)) throw py::value_error("out: expected a numpy array");
+  auto out = py::reinterpret_borrow<py::array>(out_obj);
+  if (!(out.flags() & py::array::c_style)) throw py::value_error("out: expected a C-contiguous array");
+  if (!out.writeable()) throw py::value_error("out: array is read-only");
+  const py::ssize_t ndim = out.ndim();
+  if (axis < 0 || axis >= ndim)
+    throw py::value_error("axis " + std::to_string(axis) + " outside out's " + std::to_string(ndim) + " dimensions");
+  const auto itemsize = static_cast<uint32_t>(out.itemsize());
+  if (rule == zrl::CopyRule::kFinite && (out.dtype().kind() != 'f' || itemsize == 1))
+    throw py::value_error("rule 'finite' needs a float16, float32 or float64 array, got " + std::string(py::str(out.dtype())));
+  if (rule == zrl::CopyRule::kBound && out.dtype().kind() != 'i' && out.dtype().kind() != 'u' && out.dtype().kind() != 'b')
+    throw py::value_error("rule 'bound' needs an integer or bool array, got " + std::string(py::str(out.dtype())));
+  uint64_t outer = 1;
+  for (py::ssize_t d = 0; d < axis; ++d) outer *= static_cast<uint64_t>(out.shape(d));
+  uint64_t trailing = 1;  // elements per step of the axis
+  for (py::ssize_t d = axis + 1; d < ndim; ++d) trailing *= static_cast<uint64_t>(out.shape(d));
+  struct Part {
+    const uint8_t* data;
+    uint64_t count;  // elements per outer step
+  };
+  std::vector<Part> ps;
+  ps.reserve(parts.size());
+  py::ssize_t along = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    py::handle h = parts[i];
+    const std::string name = "parts[" + std::to_string(i) + "]";
+    if (!py::isinstance<py::array>(h)) throw py::value_error(name + ": expected a numpy array");
+    auto a = py::reinterpret_borrow<py::array>(h);
+    if (!is_dtype(a.dtype(), out.dtype()))
+      throw py::value_error(name + ": dtype " + std::string(py::str(a.dtype())) + ", out's is " + std::string(py::str(out.dtype())));
+    if (a.ndim() != ndim) throw py::value_error(name + ": " + std::to_string(a.ndim()) + " dimensions, out has " + std::to_string(ndim));
+    for (py::ssize_t d = 0; d < ndim; ++d)
+      if (d != axis && a.shape(d) != out.shape(d))
+        throw py::value_error(name + ": dimension " + std::to_string(d) + " is " + std::to_string(a.shape(d)) + ", out's is " +
+                              std::to_string(out.shape(d)));
+    if (!(a.flags() & py::array::c_style)) throw py::value_error(name + ": expected a C-contiguous array");
+    along += a.shape(axis);
+    ps.push_back(Part{static_cast<const uint8_t*>(a.data()), static_cast<uint64_t>(a.shape(axis)) * trailing});
+  }
+  if (along != out.shape(axis))
+    throw py::value_error("the parts hold " + std::to_string(along) + " along axis " + std::to_string(axis) + ", out " +
+                          std::to_string(out.shape(axis)));
+  auto* dst = static_cast<uint8_t*>(out.mutable_data());
+  const uint64_t row = static_cast<uint64_t>(along) * trailing * itemsize;  // bytes of out per outer step
+  std::vector<uint8_t> bad(ps.size(), 0);
+  {
+    py::gil_scoped_release release;
+    uint64_t col = 0;  // bytes of a row of out before part i's
+    for (std::size_t i = 0; i < ps.size(); ++i) {  // part by part: each is read front to back
+      const uint64_t n = ps[i].count;
+      for (uint64_t o = 0; o < outer; ++o)
+        if (!zrl::copy_checked(dst + o * row + col, ps[i].data + o * n * itemsize, n, itemsize, rule, bound)) bad[i] = 1;
+      col += n * itemsize;
+    }
+  }
+  py::list result;
+  for (std::size_t i = 0; i < bad.size(); ++i)
+    if (bad[i]) result.append(i);
+  return result;
+}
+
 // FrameGate.check runs once per received message: the frame is taken through the
 // raw buffer protocol (no py::buffer_info vectors), and the result is None or a
 // plain tuple.
@@ -1347,6 +1419,13 @@ PYBIND11_MODULE(_core, m) {
         py::arg("clip_pg_rho_threshold"), py::arg("clip_c_threshold"), py::arg("lambda_"),
         "V-trace over time-major [T, B] float32 arrays; returns (vs, pg_advantages).\n"
         "Thresholds are > 0 (use inf for no clipping). Releases the GIL.");
+
+  m.def("join_checked", &join_checked, py::arg("parts"), py::arg("axis"), py::arg("out"), py::arg("rule"),
+        py::arg("bound") = 0,
+        "Joins numpy arrays (C-contiguous, out's dtype, out's shape but along axis) into out along axis, "
+        "checking each element as it is copied: rule 'none', 'finite' (no NaN or infinity; float16/32/64) or "
+        "'bound' (each element, read as unsigned, < bound). Returns the indices of the parts that broke it; "
+        "every part is copied regardless. Releases the GIL while copying.");
 
   m.def("pixels_to_channels_last", &pixels_to_channels_last, py::arg("src"), py::arg("out"),
         "uint8 [N, C, H, W] -> out [N, H, W, C] (PyTorch's channels_last), cast to out's dtype: float32, "

@@ -103,4 +103,16 @@ class FrameGate {
   std::size_t next_ = 0;  // the slot replaced next once the table is full
 };
 
+// A gate rule applied while copying, for rules a receiver leaves to the batch join
+// (a learner reads every byte of a chunk once more when it joins it into a batch, so
+// checking there costs the receiver's thread no pass over the data; see
+// Gate.set_trajectory_checks' at_join):
+// copies count elements of itemsize bytes (1, 2, 4 or 8) from src to dst and returns
+// whether every one holds the rule: kNone (always), kFinite (itemsize 2, 4 or 8: IEEE
+// half, single or double, no NaN and no infinity) or kBound (each element, read as
+// unsigned, < bound). The whole array is copied either way. dst and src must not overlap.
+enum class CopyRule : int { kNone = 0, kFinite = 1, kBound = 2 };
+bool copy_checked(uint8_t* dst, const uint8_t* src, uint64_t count, uint32_t itemsize, CopyRule rule,
+                  uint64_t bound = 0);
+
 }  // namespace zrl

@@ -21,11 +21,11 @@ KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})
 CAP = 1 << 16
 
 
-def impala_gate(fast: bool, cfg=None, algo=None, cap: int = CAP):
+def impala_gate(fast: bool, cfg=None, algo=None, cap: int = CAP, at_join=frozenset()):
     cfg = cfg or small_config()
     algo = algo or Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     gate = wire.Gate(cap, KINDS, fast=fast)
-    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_rules())
+    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_rules(), at_join=at_join)
     return gate
 
 
@@ -264,3 +264,87 @@ def test_truncation_data_that_does_not_add_up_is_rejected(fast):
     assert outcome(gate, bytes(wire.encode(wire.Kind.TRAJECTORY, good)))[0] == "ok"
     if fast:
         assert len(gate._fast) == 1
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_gate_that_leaves_element_rules_to_the_join_checks_everything_else(fast):
+    # The learner's gate (Impala.checked_at_join): the values of the arrays collate copies
+    # pass through unread (tests/test_join.py checks them there); final_index's bound and the
+    # marks, and everything structural, are still the gate's.
+    cfg = small_config()
+    gate = impala_gate(fast, cfg, at_join=Impala.checked_at_join)
+    gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, 0, 2))))  # registers the layout
+    passes = []
+    for name in ("reward", "behaviour_logp", "obs", "final_obs"):
+        bad = chunk(cfg, 0, 2)
+        bad[name].flat[-1] = np.nan
+        passes.append(bad)
+    for value in (2, -1):
+        bad = chunk(cfg, 0, 2)
+        bad["action"].flat[1] = value
+        passes.append(bad)
+    for frame in passes:
+        msg, bindings = gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, frame)))
+        assert bindings == {"T": 5, "K": 4, "M": 2}
+    fails = []
+    for value in (20, -3):
+        bad = chunk(cfg, 0, 2)
+        bad["final_index"].flat[1] = value
+        fails.append(bad)
+    unmarked = chunk(cfg, 0, 2)
+    unmarked["truncated"].reshape(-1)[unmarked["final_index"][0]] = False  # a final observation for no truncated step
+    fails.append(unmarked)
+    both = chunk(cfg, 0, 2)
+    both["terminated"].reshape(-1)[both["final_index"][1]] = True  # truncated and terminated
+    fails.append(both)
+    for frame in fails:
+        with pytest.raises(wire.WireError) as e:
+            gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, frame)))
+        assert e.value.reason == wire.Reason.BAD_VALUE
+    if fast:
+        assert len(gate._fast) == 1
+
+
+def test_fast_and_python_gates_that_leave_rules_to_the_join_agree_on_damaged_frames():
+    cfg = small_config()
+    fast = impala_gate(True, cfg, at_join=Impala.checked_at_join)
+    slow = impala_gate(False, cfg, at_join=Impala.checked_at_join)
+    rng = np.random.default_rng(11)
+    layouts = [bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, s, M))) for s, M in [(0, 0), (1, 2), (2, 5)]]
+    for frame in layouts:
+        assert outcome(fast, frame) == outcome(slow, frame)
+    results = {"ok": 0, "rejected": 0}
+    for i in range(2000):
+        b = bytearray(layouts[i % len(layouts)])
+        if i % 2:
+            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        else:
+            b[int(rng.integers(0, wire.HEADER_SIZE + 8 * wire.DESCRIPTOR_SIZE))] ^= 1 << int(rng.integers(0, 8))
+        got = outcome(fast, bytes(b))
+        assert got == outcome(slow, bytes(b)), i
+        results[got[0]] += 1
+    assert results["ok"] > 300 and results["rejected"] > 300
+
+
+def test_an_algorithm_that_checks_more_than_its_rules_keeps_every_check_at_the_gate():
+    # at_join needs value_rules: without them check_values runs whole, whatever at_join says.
+    cfg = small_config()
+    gate = wire.Gate(CAP, KINDS)
+    seen = []
+
+    def check_values(msg, bindings):
+        seen.append(msg.seq)
+        wire.check_bounds(msg, {"action": 2})
+
+    algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    gate.set_trajectory_checks(algo.trajectory_schema(8), check_values, None, at_join=Impala.checked_at_join)
+    gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg), seq=3)))
+    assert seen == [3]
+    bad = chunk(cfg)
+    bad["obs"].flat[0] = np.inf
+    with pytest.raises(wire.WireError, match="obs"):
+        gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, bad, seq=4)))
+    bad = chunk(cfg)
+    bad["action"].flat[0] = 2
+    with pytest.raises(wire.WireError, match="action"):
+        gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, bad, seq=5)))

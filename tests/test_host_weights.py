@@ -102,16 +102,15 @@ def _frames_parts():
     return [parts[i::3] for i in range(3)]  # per field: the chunks' arrays
 
 
-def test_a_batch_is_joined_into_a_host_tensor_as_numpy_joins_it():
-    from zrl.learner.algorithms.impala import _join, join_into
+def test_a_batch_is_joined_as_numpy_joins_it():
+    from zrl.learner.algorithms.impala import _join
 
     cores = [np.arange(k * 4, dtype=np.float32).reshape(k, 4) for k in (3, 5, 2)]  # LSTM states: joined on axis 0
     for parts, axis in [*((p, 1) for p in _frames_parts()), (cores, 0)]:
         want = np.concatenate(parts, axis=axis)
-        out = torch.empty(want.shape, dtype=torch.from_numpy(want).dtype)
-        assert join_into(parts, axis, out) is out
-        np.testing.assert_array_equal(out.numpy(), want)
-        np.testing.assert_array_equal(_join(parts, axis, torch.device("cpu")).numpy(), want)
+        t, bad = _join(parts, axis, torch.device("cpu"), 2 if want.dtype == np.bool_ else None)
+        assert bad == []
+        np.testing.assert_array_equal(t.numpy(), want)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -119,8 +118,8 @@ def test_a_batch_for_the_gpu_is_joined_in_pinned_memory_and_lands_there():
     from zrl.learner.algorithms.impala import _join
 
     for parts in _frames_parts():
-        t = _join(parts, 1, torch.device("cuda"))
-        assert t.device.type == "cuda"
+        t, bad = _join(parts, 1, torch.device("cuda"))
+        assert t.device.type == "cuda" and bad == []
         np.testing.assert_array_equal(t.cpu().numpy(), np.concatenate(parts, axis=1))
 
 

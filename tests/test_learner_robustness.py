@@ -103,3 +103,30 @@ def test_the_learner_logs_its_last_stretch_when_it_stops(make_learner, make_acto
     updates, returns = ea.Scalars("updates"), ea.Scalars("episode/return")
     assert [e.value for e in updates] == [result.updates] and len(returns) == 1
     assert 0 < updates[0].step <= result.env_steps and returns[0].value > 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 1], ids=["in-loop", "prefetched"])
+def test_a_chunk_rejected_at_the_batch_join_is_dropped_and_its_batch_mates_train(ctx, make_learner, prefetch, caplog):
+    """The learner's gate leaves the values of the arrays it joins to the join
+    (Algorithm.checked_at_join): a chunk found bad there is counted and dropped, and the
+    good chunks taken with it make the next batch."""
+    cfg = small_config(f"learner.prefetch_batches={prefetch}")  # a batch is two chunks of 4 envs
+    learner, runner = make_learner(cfg)
+    obs, act = spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)
+    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, obs, act, cfg.actor.num_envs), timeout_s=60)
+    T, K = cfg.actor.unroll_length, cfg.actor.num_envs
+    good = good_trajectory(cfg)
+    bad = {**good, "obs": good["obs"].copy()}
+    bad["obs"][2, 1, 3] = np.nan
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(learner.trajectory_endpoint)
+    for seq, arrays in enumerate([bad, good, good]):
+        push.send(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays, seq=seq)))
+    push.close()
+    wait_for(lambda: learner.updates >= 1, 60, "an update from the two good chunks")
+    assert dict(learner.rejected) == {"bad_value": 1}
+    assert any("obs holds a NaN or an infinity (checked at the batch join)" in r.getMessage() for r in caplog.records)
+    assert learner.env_steps == 3 * T * K  # counted on receipt, as before
+    assert learner.queue.empty() and not learner._leftover  # both good chunks went into the update
+    assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())

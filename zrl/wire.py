@@ -27,7 +27,7 @@ import struct
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 import numpy as np
 
@@ -668,6 +668,11 @@ class Gate:
 
     `drain` receives a burst from a socket and checks it: with `transport.native()`,
     C++ takes the burst from ZeroMQ and runs the FrameGate on it without the GIL.
+
+    A learner that reads every value again when it joins chunks into a batch can leave
+    the per-element rules of those arrays (finite floats, `value_bounds`) to that join
+    (`set_trajectory_checks`' at_join; `Algorithm.checked_at_join`): the join checks
+    each element as it copies it, and the receiver's thread never reads the values.
     """
 
     def __init__(self, max_bytes: int, allowed_kinds: frozenset[int], fast: bool = True):
@@ -676,6 +681,7 @@ class Gate:
         self.schema: Schema | None = None
         self._check_values = None
         self._value_rules = None
+        self._at_join: frozenset[str] = frozenset()
         self._fast = None
         if fast and int(Kind.TRAJECTORY) in allowed_kinds:
             self._fast = _core.FrameGate(int(Kind.TRAJECTORY), max_bytes)
@@ -688,13 +694,18 @@ class Gate:
             native = transport.native()
             self._native_drain = native.drain if native is not None else None
 
-    def set_trajectory_checks(self, schema: "Schema", check_values, value_rules) -> None:
+    def set_trajectory_checks(self, schema: "Schema", check_values, value_rules, at_join=frozenset()) -> None:
         """check_values(msg, bindings) raises WireError. value_rules(bindings) gives
         (bounds, marks): {array: bound} (every element, read as unsigned, < bound) and
         [(index, marked, excluded)] (see `check_marks`), either None, that check *all*
         of check_values; pass value_rules=None when check_values checks anything more
-        (`Algorithm.gate_rules` says which)."""
+        (`Algorithm.gate_rules` says which).
+
+        at_join: arrays whose bounds and finite-float rules this gate leaves to the
+        consumer, which checks them as it copies them (`Algorithm.collate`); their marks
+        stay here. Only with value_rules: check_values is otherwise checked whole."""
         self.schema, self._check_values, self._value_rules = schema, check_values, value_rules
+        self._at_join = frozenset(at_join) if value_rules is not None else frozenset()
         if self._fast is not None:
             self._fast.clear()
         self._layouts = []
@@ -714,8 +725,16 @@ class Gate:
         if self.schema is None:
             raise WireError(Reason.NOT_READY, "trajectory before any hello agreed the specs")
         bindings = self.schema.check(msg)
-        check_finite(msg)
-        self._check_values(msg, bindings)
+        at_join = self._at_join
+        check_finite(msg, at_join)
+        if at_join:
+            bounds, marks = self._value_rules(bindings)
+            if bounds:
+                check_bounds(msg, {name: b for name, b in bounds.items() if name not in at_join})
+            if marks:
+                check_marks(msg, marks)
+        else:
+            self._check_values(msg, bindings)
         if fast is not None and self._value_rules is not None and msg.infos:
             self._register(buf, msg, bindings)
         return msg, bindings
@@ -768,8 +787,11 @@ class Gate:
         if bounds is None and marks is None:
             return
         infos = {i.name: i for i in msg.infos}
-        rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b)) for n, b in (bounds or {}).items()]
-        finite = [(i.offset, i.nbytes // i.dtype.itemsize, i.dtype.itemsize) for i in msg.infos if i.dtype.kind == "f" and i.nbytes]
+        at_join = self._at_join
+        rules = [(infos[n].offset, infos[n].nbytes // infos[n].dtype.itemsize, infos[n].dtype.itemsize, int(b))
+                 for n, b in (bounds or {}).items() if n not in at_join]
+        finite = [(i.offset, i.nbytes // i.dtype.itemsize, i.dtype.itemsize) for i in msg.infos
+                  if i.dtype.kind == "f" and i.nbytes and i.name not in at_join]
         mark_rules = []
         for index, marked, excluded in marks or ():
             i, m, x = infos[index], infos[marked], infos[excluded]
@@ -795,11 +817,12 @@ def _vouched(layouts, buf, layout, sender_id, seq, policy_version, meta_offset, 
     return Message(Kind.TRAJECTORY, sender_id, seq, policy_version, meta, infos, buf, len(buf)), bindings
 
 
-def check_finite(msg: Message) -> None:
-    """WireError(bad_value) if a floating-point array holds a NaN or an infinity: in a
-    trajectory, one such reward or observation turns every weight NaN at the next update."""
+def check_finite(msg: Message, skip: Collection[str] = ()) -> None:
+    """WireError(bad_value) if a floating-point array (other than those in skip) holds a NaN
+    or an infinity: in a trajectory, one such reward or observation turns every weight NaN
+    at the next update."""
     for info in msg.infos:
-        if info.dtype.kind == "f" and info.nbytes and not np.isfinite(msg.arrays[info.name]).all():
+        if info.dtype.kind == "f" and info.nbytes and info.name not in skip and not np.isfinite(msg.arrays[info.name]).all():
             raise WireError(Reason.BAD_VALUE, f"{info.name} holds a NaN or an infinity")
 
 

@@ -8,7 +8,9 @@
 #include "tests/gate_frame.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -258,6 +260,51 @@ TEST(FrameGate, AFullGateReplacesItsSlotsInTurn) {
   g.clear();
   EXPECT_EQ(f.check(g).layout, -1);
   EXPECT_EQ(g.add(f.block(), 256, 328, {}), 0);
+}
+
+// copy_checked: the batch join's form of the bound and finite rules. It copies every
+// element whatever it finds, and reports a bad one anywhere in a long array (the
+// vectorised loop's body and its tail).
+TEST(CopyChecked, CopiesEveryElementAndReportsTheRule) {
+  using zrl::CopyRule;
+  using zrl::copy_checked;
+  for (std::size_t n : {1u, 7u, 64u, 1001u}) {
+    std::vector<float> src(n, 1.5f), dst(n, 0.0f);
+    auto* d = reinterpret_cast<uint8_t*>(dst.data());
+    auto* s = reinterpret_cast<const uint8_t*>(src.data());
+    EXPECT_TRUE(copy_checked(d, s, n, 4, CopyRule::kFinite));
+    EXPECT_EQ(dst, src);
+    for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()}) {
+        std::vector<float> b = src;
+        b[at] = bad;
+        std::fill(dst.begin(), dst.end(), 0.0f);
+        EXPECT_FALSE(copy_checked(d, reinterpret_cast<const uint8_t*>(b.data()), n, 4, CopyRule::kFinite)) << n << " " << at;
+        EXPECT_EQ(std::memcmp(dst.data(), b.data(), n * 4), 0);  // copied all the same
+      }
+    }
+    std::vector<double> big(n, std::numeric_limits<double>::max()), out(n);
+    EXPECT_TRUE(copy_checked(reinterpret_cast<uint8_t*>(out.data()), reinterpret_cast<const uint8_t*>(big.data()), n, 8,
+                             CopyRule::kFinite));
+    std::vector<int64_t> acts(n, 5), got(n);
+    auto* g = reinterpret_cast<uint8_t*>(got.data());
+    EXPECT_TRUE(copy_checked(g, reinterpret_cast<const uint8_t*>(acts.data()), n, 8, CopyRule::kBound, 6));
+    EXPECT_EQ(got, acts);
+    acts[n - 1] = -1;  // reads as 2^64 - 1
+    EXPECT_FALSE(copy_checked(g, reinterpret_cast<const uint8_t*>(acts.data()), n, 8, CopyRule::kBound, 6));
+    EXPECT_EQ(got, acts);
+    std::vector<uint8_t> flags(n, 1), fout(n);
+    EXPECT_TRUE(copy_checked(fout.data(), flags.data(), n, 1, CopyRule::kBound, 2));
+    flags[n / 2] = 2;
+    EXPECT_FALSE(copy_checked(fout.data(), flags.data(), n, 1, CopyRule::kBound, 2));
+    EXPECT_TRUE(copy_checked(fout.data(), flags.data(), n, 1, CopyRule::kNone));
+    EXPECT_EQ(fout, flags);
+  }
+  uint8_t x[8] = {}, y[8] = {};
+  EXPECT_TRUE(copy_checked(y, x, 0, 4, CopyRule::kFinite));  // nothing to copy
+  EXPECT_THROW(copy_checked(y, x, 1, 3, CopyRule::kNone), std::invalid_argument);
+  EXPECT_THROW(copy_checked(y, x, 1, 1, CopyRule::kFinite), std::invalid_argument);
 }
 
 }  // namespace

@@ -22,7 +22,11 @@ the learner's cap, one I/O thread per context.
 - zrl, receiver (the learner's receiver thread up to batching): the learner's
   `wire.Gate` with its allowed kinds (TRAJECTORY, STATS), cap
   (`learner.max_message_bytes`), the real `Impala.trajectory_schema(batch_size)`
-  and Impala's value checks (action and final_index ranges), draining bursts of
+  and the checks the learner's gate makes: the final_index range and marks;
+  the per-element rules of the arrays the learner joins into a batch (finite
+  floats, action and flag ranges) are left to that join, which checks each
+  element as it copies it (`Algorithm.checked_at_join`), as in the learner;
+  not counted here, as raw's reference never joins), draining bursts of
   up to 64 with `Gate.drain`: with `transport.native()`, C++ waits for the
   burst's first message in a blocking receive (as the learner's receiver does;
   a message that was waited for is its burst alone), takes the burst from
@@ -208,7 +212,8 @@ def _receiver_main(conn) -> None:
         from zrl.learner.learner import DATA_KINDS
 
         gate = wire.Gate(cap, DATA_KINDS)  # as the learner builds it
-        gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.gate_rules())
+        gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.gate_rules(),
+                                   at_join=algo.checked_at_join)
         state.update(gate=gate, frame_bytes=frame_bytes)
         endpoints = {}
         for mode in MODES:
@@ -510,7 +515,9 @@ def run(opts: BenchOptions) -> BenchResult:
         "when it went out copied, else in a fresh one from the recorder's wire.Layout. Filling the T steps is the env "
         "loop's work and is not counted.",
         "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
-        "and value checks) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
+        "and the checks its gate makes: final_index's range and marks; finite floats and the action and flag ranges "
+        "are checked by the learner's batch join as it copies each element, Impala.checked_at_join, so neither "
+        "receiver reads the values) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
         "drops each frame.",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
         "threshold), default copy below; recv(copy=False) only.",

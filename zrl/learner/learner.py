@@ -42,7 +42,7 @@ import zmq
 from zrl import checkpoint, spaces, transport, wire
 from zrl.config import Config
 from zrl.learner import algorithms
-from zrl.learner.algorithms.base import resolve_precision
+from zrl.learner.algorithms.base import RejectedChunks, resolve_precision
 from zrl.learner.prefetch import Prefetcher
 from zrl.metrics import MetricsWriter, Rate
 from zrl.models import flatten_parameters
@@ -411,7 +411,8 @@ class Learner:
                           f"{self.stop_at_return:g}, so it stops at once; raise --stop-at-return (run.stop_at_return) to train on")
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
-        self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_rules())
+        self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_rules(),
+                                        at_join=algo.checked_at_join)
         self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 
@@ -699,10 +700,22 @@ class Learner:
         items = self._next_batch(stop.is_set, lambda: None)
         if items is None:
             return None
-        msgs = [m for m, _ in items]
         # (A thread starts on the current device, cuda:0.)
         with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
-            return self.algo.collate(msgs, self.device), [m.policy_version for m in msgs]
+            batch = self._collate(items)
+        return None if batch is None else (batch, [m.policy_version for m, _ in items])
+
+    def _collate(self, items: list) -> dict | None:
+        """The batch of these chunks, or None when some broke a rule checked as they were
+        joined (`Algorithm.checked_at_join`): those are counted as rejected and dropped, and
+        the rest go back to the front of the queue for the next batch."""
+        try:
+            return self.algo.collate([m for m, _ in items], self.device)
+        except RejectedChunks as e:
+            for err in e.errors.values():
+                self._reject(err.reason.value, err.detail)
+            self._leftover = [item for i, item in enumerate(items) if i not in e.errors] + self._leftover
+            return None
 
     def _waited(self, t_wait: float) -> float:
         """Seconds since t_wait, a wait for data that brought no batch; counted in the run's total."""
@@ -773,7 +786,9 @@ class Learner:
                 items = self._next_batch(lambda: time_up() or (self.max_env_steps is not None and self.env_steps >= self.max_env_steps), idle)
                 if items is None:
                     continue
-                batch = algo.collate([m for m, _ in items], self.device)
+                batch = self._collate(items)
+                if batch is None:
+                    continue
                 lag_versions = [m.policy_version for m, _ in items]
             t_got = time.perf_counter()
             wait_s += t_got - t_wait

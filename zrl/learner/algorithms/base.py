@@ -172,9 +172,25 @@ class Sender:
         return wire.encode(kind, arrays, meta, sender_id=self.sender_id, seq=self.seq, policy_version=policy_version)
 
 
+class RejectedChunks(Exception):
+    """Raised by `Algorithm.collate` when chunks broke a rule it checks as it copies them
+    (`checked_at_join`): `errors` maps the index of each such message to its WireError.
+    The learner counts and drops those and makes the batch again from the rest."""
+
+    def __init__(self, errors: dict[int, wire.WireError]):
+        super().__init__(f"{len(errors)} chunk(s) rejected at the join: " + "; ".join(str(e) for e in errors.values()))
+        self.errors = errors
+
+
 class Algorithm:
     name: ClassVar[str]
     uses_replay: ClassVar[bool] = False
+    # Arrays whose per-element rules (finite floats, `value_bounds`) `collate` checks as it
+    # copies each element into the batch (raising RejectedChunks), so that the learner's
+    # gate need not read them on the receiving thread: a second read of every value, on
+    # another core than the one whose I/O thread wrote it (bench/TRANSPORT.md). Marks
+    # (`value_marks`) stay at the gate. Empty: the gate checks everything.
+    checked_at_join: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         self.config = config

@@ -22,7 +22,7 @@ import torch
 from zrl import _core, spaces, wire
 from zrl.config import Config, ImpalaConfig
 from zrl.envs import Step
-from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, Sender
+from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, RejectedChunks, Sender
 from zrl.learner.vtrace import from_importance_weights
 from zrl.models import ActorCritic, build_actor_critic
 
@@ -229,6 +229,10 @@ class ImpalaRecorder(Recorder):
 class Impala(Algorithm):
     name = "impala"
     uses_replay = False
+    # collate joins all of these; final_index (a few entries) keeps its bound at the gate,
+    # with the marks that tie it to truncated and terminated.
+    checked_at_join = frozenset({"obs", "action", "reward", "terminated", "truncated", "behaviour_logp",
+                                 "core_h0", "core_c0", "final_obs"})
 
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         super().__init__(config, obs_spec, action_spec)
@@ -291,26 +295,44 @@ class Impala(Algorithm):
         return [("final_index", "truncated", "terminated")]
 
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
+        """The batch of these chunks on device. Every element of the `checked_at_join` arrays
+        is checked as it is copied (finite floats, the action and flag bounds); chunks that
+        break a rule raise RejectedChunks, whatever the gate checked before."""
         arrays = [m.arrays for m in msgs]
+        obs0 = arrays[0]["obs"]
+        bounds = self.value_bounds({"T": obs0.shape[0] - 1, "K": obs0.shape[1]})
+        errors: dict[int, wire.WireError] = {}
+
+        def join(name: str, axis: int, owners: list[int] | None = None) -> torch.Tensor:
+            parts = [a[name] for a in arrays] if owners is None else [arrays[i][name] for i in owners]
+            t, bad = _join(parts, axis, device, bounds.get(name))
+            for i in bad:
+                errors.setdefault(i if owners is None else owners[i], _broken(name, parts[i].dtype, bounds.get(name)))
+            return t
+
         batch = {}
         for name in ("obs", "action", "reward", "terminated", "truncated", "behaviour_logp"):
-            batch[name] = _join([a[name] for a in arrays], 1, device)
+            batch[name] = join(name, 1)
         for name in ("core_h0", "core_c0"):
             if name in arrays[0]:
-                batch[name] = _join([a[name] for a in arrays], 0, device)
+                batch[name] = join(name, 0)
         T1, B = batch["obs"].shape[:2]
         # final_index is t * K + k within its chunk; in the batch it is t * B + (column offset + k).
-        idx, fobs, col = [], [], 0
-        for a in arrays:
+        idx, owners, col = [], [], 0
+        for i, a in enumerate(arrays):
             K = a["obs"].shape[1]
             fi = a["final_index"].astype(np.int64)
             if fi.size:
                 idx.append((fi // K) * B + col + fi % K)
-                fobs.append(a["final_obs"])
+                owners.append(i)
             col += K
         batch["final_index"] = _to_device(np.concatenate(idx) if idx else np.zeros(0, np.int64), device)
-        obs_dtype = arrays[0]["obs"].dtype
-        batch["final_obs"] = _to_device(np.concatenate(fobs) if fobs else np.zeros((0, *batch["obs"].shape[2:]), obs_dtype), device)
+        if owners:
+            batch["final_obs"] = join("final_obs", 0, owners)
+        else:
+            batch["final_obs"] = _to_device(np.zeros((0, *batch["obs"].shape[2:]), obs0.dtype), device)
+        if errors:
+            raise RejectedChunks(errors)
         return batch
 
     def loss(self, model: ActorCritic, batch: dict[str, torch.Tensor]):
@@ -400,24 +422,30 @@ def vtrace_on_host(log_rhos, discounts, rewards, values, bootstrap, hp: ImpalaCo
     return vt
 
 
-def _join(parts: list[np.ndarray], axis: int, device: torch.device) -> torch.Tensor:
-    """The chunks' arrays joined along axis into one tensor on device. For a GPU they are
-    written straight into pinned memory (one host copy, where joining and then pinning made
-    two: a Pong batch of 32 columns is 19 MB) and sent without waiting for the copy. (On a
-    CPU, numpy's own join measured faster than one into a new tensor: 1.30 ms against 1.44
-    for that batch.)"""
-    if device.type == "cpu":
-        return torch.from_numpy(np.concatenate(parts, axis=axis))
+def _join(parts: list[np.ndarray], axis: int, device: torch.device, bound: int | None = None) -> tuple[torch.Tensor, list[int]]:
+    """The chunks' arrays joined along axis into one tensor on device, and the indices of the
+    parts that broke their rule as they were copied (`_core.join_checked`): floats must be
+    finite, and with a bound every element, read as unsigned, must be below it. For a GPU
+    they are written straight into pinned memory (one host copy, where joining and then
+    pinning made two: a Pong batch of 32 columns is 19 MB) and sent without waiting for
+    the copy. (The checked copy costs what numpy's join does: 4.5-5.4 us against 7.5 for
+    16 CartPole chunks of 32 envs, 0.96-1.14 ms against 0.98-1.13 for 32 Atari chunks.)"""
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
-    dtype = torch.from_numpy(np.empty(0, parts[0].dtype)).dtype  # (the parts are read-only views of frames)
-    return join_into(parts, axis, torch.empty(shape, dtype=dtype, pin_memory=True)).to(device, non_blocking=True)
+    dtype = parts[0].dtype
+    rule = "finite" if dtype.kind == "f" else "none" if bound is None else "bound"
+    if device.type == "cpu":
+        out = np.empty(shape, dtype)
+        return torch.from_numpy(out), _core.join_checked(parts, axis, out, rule, bound or 0)
+    host = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, pin_memory=True)  # (the parts are read-only views of frames)
+    bad = _core.join_checked(parts, axis, host.numpy(), rule, bound or 0)
+    return host.to(device, non_blocking=True), bad
 
 
-def join_into(parts: list[np.ndarray], axis: int, out: torch.Tensor) -> torch.Tensor:
-    """Writes the parts, joined along axis, into the host tensor out; returns out."""
-    np.concatenate(parts, axis=axis, out=out.numpy())
-    return out
+def _broken(name: str, dtype: np.dtype, bound: int | None) -> wire.WireError:
+    """The error of a chunk whose `name` broke its rule at the join (as wire's checks word it)."""
+    what = "holds a NaN or an infinity" if dtype.kind == "f" else f"outside [0, {bound})"
+    return wire.WireError(wire.Reason.BAD_VALUE, f"{name} {what} (checked at the batch join)")
 
 
 def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
