@@ -516,8 +516,8 @@ def run(opts: BenchOptions) -> BenchResult:
         "loop's work and is not counted.",
         "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
         "and the checks its gate makes: final_index's range and marks; finite floats and the action and flag ranges "
-        "are checked by the learner's batch join as it copies each element, Impala.checked_at_join, so neither "
-        "receiver reads the values) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
+        "are checked by the learner's batch join as it copies each element, Impala.checked_at_join, so the receiver "
+        "reads only final_index and the truncation flags that its marks compare) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
         "drops each frame.",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
         "threshold), default copy below; recv(copy=False) only.",
