@@ -71,72 +71,79 @@ frame. Larger frames go through the actor's `Sender.finish` and
 `transport.Pusher`, without a copy, and the next chunk starts in another
 frame. The receiver does what the learner does before batching:
 `wire.Gate.drain` takes bursts from libzmq in C++ and checks them. The
-first frame of a layout gets the IMPALA schema and value checks in Python,
-the rest get the C++ FrameGate. Each burst is dropped once checked. raw: a
-preallocated payload of the zrl frame's length, `send`/`recv(copy=False)`
-only. Chunks: CartPole T=20 x K=2 (the "2 KB" class), the default config's
-T=20 x K=32, and an Atari chunk of 20 observations of 4x84x84 uint8
-(565 KB). Target (issue 5): at least 0.9 of raw.
+first frame of a layout gets the IMPALA schema and the gate's value checks
+in Python, the rest get the C++ FrameGate. Since 11-27 (evening) the
+learner's gate leaves the rules on each element of the arrays it joins into
+a batch (finite floats, the action and flag ranges) to that join, which
+checks each element as it copies it at the cost of numpy's join, so the
+receiver reads only final_index and the truncation flags its marks
+compare. Each burst is dropped once checked. raw: a preallocated payload of
+the zrl frame's length, `send`/`recv(copy=False)` only. Chunks: CartPole
+T=20 x K=2 (the "2 KB" class), the default config's T=20 x K=32, and an
+Atari chunk of 20 observations of 4x84x84 uint8 (565 KB). Target (issue 5):
+at least 0.9 of raw.
 
-**Every row reaches 0.9 in most runs, but not in every run. The row that
-falls short most often is 23 KB over ipc (0.87-0.94): the receiver reads
-every value it checks, and raw reads none.** Each row is the median of 50
-windows of 0.25 s a side (10 per `--repeats`), and `ratio 95% CI` is a
-bootstrap interval for its ratio, so a row's distance from 0.9 can be read
-against that run's noise. One window's rate varies by 8-20% on these
-shared 2-vCPU machines (an AMD EPYC with AVX-512, Zen 4). With the 15
-windows a side used until 11-27, rows moved by ±0.1 from run to run. Runs
-on 11-27 with 50 windows a side (tcp / ipc, at 2 KB, 23 KB and Atari; times
-in UTC, the last six at the end of the run); the last run is the table
-below:
+**Since the values are read once, by the learner's batch join, every row
+reached 0.9 in three of four runs, and the fourth had one row at 0.898
+(2 KB over tcp, interval 0.86-0.99). 23 KB over ipc, the row that fell
+short most often, went from a median of 0.90 over 13 runs to 0.93-0.98.**
+Each row is the median of 50 windows of 0.25 s a side (10 per
+`--repeats`), and `ratio 95% CI` is a bootstrap interval for its ratio, so
+a row's distance from 0.9 can be read against that run's noise. One
+window's rate varies by 8-20% on these shared 2-vCPU machines (an AMD EPYC
+with AVX-512, Zen 4). Runs of 11-27 with 50 windows a side (tcp / ipc, at
+2 KB, 23 KB and Atari; end times in UTC); the last is the table below:
 
-| time (UTC) | tcp | ipc |
-| --- | --- | --- |
-| 10:16 | 0.97, 0.98, 1.01 | 0.94, 0.92, 0.89 |
-| 10:23 | 0.96, 0.97, 0.96 | 0.90, 0.89, 0.98 |
-| 10:26 | 0.96, 0.95, 1.13 | 0.95, 0.90, 1.00 |
-| 10:29 | 0.96, 0.96, 1.00 | 0.92, 0.87, 1.03 |
-| 11:31 | 0.93, 0.96, 0.96 | 0.92, 0.89, 0.96 |
-| 11:41 | 1.00, 0.93, 0.96 | 0.95, 0.94, 0.99 |
-| 11:44 | 0.95, 0.96, 0.95 | 0.93, 0.91, 0.98 |
-| 12:02 | 0.887, 0.91, 0.894 | 0.93, 0.90, 0.94 |
-| 12:05 | 1.00, 0.94, 0.99 | 0.94, 0.897, 0.95 |
-| 12:08 | 0.95, 0.92, 0.93 | 0.95, 0.92, 0.99 |
+| time (UTC) | code | tcp | ipc |
+| --- | --- | --- | --- |
+| 10:16 | gate reads the values | 0.97, 0.98, 1.01 | 0.94, 0.92, 0.89 |
+| 10:23 | | 0.96, 0.97, 0.96 | 0.90, 0.89, 0.98 |
+| 10:26 | | 0.96, 0.95, 1.13 | 0.95, 0.90, 1.00 |
+| 10:29 | | 0.96, 0.96, 1.00 | 0.92, 0.87, 1.03 |
+| 11:31 | | 0.93, 0.96, 0.96 | 0.92, 0.89, 0.96 |
+| 11:41 | | 1.00, 0.93, 0.96 | 0.95, 0.94, 0.99 |
+| 11:44 | | 0.95, 0.96, 0.95 | 0.93, 0.91, 0.98 |
+| 12:02 | | 0.887, 0.91, 0.894 | 0.93, 0.90, 0.94 |
+| 12:05 | | 1.00, 0.94, 0.99 | 0.94, 0.897, 0.95 |
+| 12:08 | | 0.95, 0.92, 0.93 | 0.95, 0.92, 0.99 |
+| 12:50 | | 0.887, 1.00, 1.00 | 0.94, 0.903, 0.97 |
+| 13:52 | | 0.99, 0.955, 1.02 | 0.913, 0.888, 0.801 |
+| 13:55 | | 0.904, 1.00, 0.984 | 0.928, 0.898, 0.974 |
+| 14:56 | the join checks them | 0.965, 0.985, 1.06 | 0.962, 0.962, 0.936 |
+| 14:59 | | 0.898, 0.945, 0.929 | 0.934, 0.977, 0.937 |
+| 15:02 | | 0.950, 0.948, 1.04 | 0.945, 0.930, 0.972 |
+| 15:08 | | 1.00, 0.974, 0.966 | 0.949, 0.956, 1.005 |
 
-The 23 KB ipc row's median over these ten runs is 0.90. Three of the last
-six runs had every row at or above 0.9; in the other three, the rows under
-it (by 0.003 to 0.013) all had intervals that reached above 0.9. Three
-more runs that afternoon (12:50-13:55, the same code; TRANSPORT.md, last
-section) gave 23 KB over ipc 0.903, 0.888 and 0.898 (median of the day's
-13 runs: 0.90, 6 of them under 0.9), and one gave Atari over ipc 0.801
-(interval 0.73-0.84), followed three minutes later by 0.974.
-
-What keeps zrl from raw, measured (TRANSPORT.md, last three sections):
-- **At 23 KB, reading the values.** zrl's gate reads every float (no NaN
-  or infinity) and every action (in range). In alternating runs, the
-  receiver without those rules brought the row from 0.89-0.92 to
-  0.93-0.96. zrl keeps the checks where a message arrives. Moving them
-  into batching would put the same pass on the trainer's path.
+What moved it, and what is left (TRANSPORT.md, last sections):
+- **At 23 KB, reading the values.** The gate read every float (no NaN or
+  infinity) and every action and flag (in range) on the core that did not
+  receive them, and the learner read them all again when it joined the
+  chunks. Now the join alone reads them: `_core.join_checked` checks each
+  element as it copies it, a chunk that fails is counted and dropped there
+  (`bad_value`), and the chunks taken with it make the next batch. In 8
+  alternating pairs of one-row runs the row went from a median of 0.889 to
+  0.960 (higher in 7 of 8); the receiver's main thread now costs +0.4 to
+  +0.7 µs a message over raw's (was +1.0 to +2.1).
 - **For Atari over ipc, a cold frame.** ZeroMQ holds a frame until it is
   sent, so the recorder cycles through as many frames as the queue holds
   (29 of 565 KB), and the frame sent has left the caches. raw sends one
   payload, which never leaves them. The informative `raw fresh` column
   sends from a ring of payloads instead, each as cold as a new message.
-  Over ipc zrl ran at 1.03-1.15 of it. Against raw, this row came out at
-  0.84-0.89 in some runs earlier that morning, and at 0.89-1.03 in those
-  above.
+  In a noisy phase this row fell to 0.80 (13:52, followed three minutes
+  later by 0.974); in the four runs since the change it gave 0.94-1.01.
+- **On a shared 2-vCPU machine any row can land under 0.9 in one run**: the
+  2 KB tcp row, whose frames hold 160 floats and whose threads are within
+  0.33 µs of raw's, gave 0.898 at 14:59.
 
 The columns `zrl CPU us/msg`, `raw CPU us/msg` and `CPU ratio` (raw / zrl)
 give the CPU time both processes spent per message, their I/O threads
 included. On 2 shared cores the throughput ratio follows the CPU ratio.
 The next column splits zrl's extra CPU per message by thread: the sender's
-and the receiver's main thread (S main, R main) and their ZeroMQ I/O threads.
-At 23 KB over ipc it is spread over all four: over the nine runs of 11-27
-that had the split, +0.3 to +0.6 (S main), +0.2 to +1.0 (S I/O), +1.0 to
-+2.1 (R main) and +0.5 to +1.5 µs (R I/O). Two receivers tried on it were not
-kept: a nap after a burst that emptied the socket raised 23 KB to 1.02-1.09
-but cost Atari 6-30%, and would gather nothing at a learner's rates; and
-a prefetch of the checked lines changed nothing.
+and the receiver's main thread (S main, R main) and their ZeroMQ I/O
+threads. Two receivers tried before the change were not kept: a nap after a
+burst that emptied the socket raised 23 KB to 1.02-1.09 but cost Atari
+6-30%, and would gather nothing at a learner's rates; and a prefetch of the
+checked lines changed nothing.
 Details: [TRANSPORT.md](TRANSPORT.md)."""),
     ("client", """## client: agent-server round trips
 
@@ -159,11 +166,12 @@ loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
 step; weights written into a frame) against a plain PyTorch loop on the
 same batch already in tensors (target: at most 1.10).
 
-**Where it stands.** The table is from 11-27 (08:31 UTC), on the same AMD
-EPYC with AVX-512, VNNI and BF16 (Zen 4) as on 11-26, in a slower mode (the
-raw Pong env at 4,307 steps/s against 6,026 on 11-26; CartPole at 103k
-against 134k). It was taken after three changes to the actor's own CPU
-(PIPELINE.md, "the actor's own CPU, cut by a third"):
+**Where it stands.** The table is from 11-27 (15:20 UTC), on the same AMD
+EPYC with AVX-512, VNNI and BF16 (Zen 4) as on 11-26, in its faster mode
+(the raw Pong env at 5,754 steps/s, CartPole at 135k; at 08:31 that day
+4,307 and 103k). Its code has the learner's batch join checking the values
+the gate used to read (see transport), and the day's three changes to the
+actor's own CPU (PIPELINE.md, "the actor's own CPU, cut by a third"):
 - the int8 kernel reads its weights in blocks of 16 outputs (Pong's FC
   inside the actor went from ~175-300 to ~75-90 µs per call);
 - act() runs no torch op around the int8 torso;
@@ -171,21 +179,22 @@ against 134k). It was taken after three changes to the actor's own CPU
 
 It also includes the one-call chunk boundary of small frames (see
 transport). The actor thread's CPU per env step went from ~99-125 µs to
-~73 µs in this mode. Two older tables are kept below: 11-26 (17:12 UTC) and
-the AVX2-only CPU of 11-25. With the shipped Pong config (24 envs, the
-policy acting on the first 8 ready, `actor.int8_torso: auto`):
+~53-73 µs. Two older tables are kept below: 11-26 (17:12 UTC) and the
+AVX2-only CPU of 11-25. With the shipped Pong config (24 envs, the policy
+acting on the first 8 ready, `actor.int8_torso: auto`):
 - **Pong actor -> sink: 0.882 of the raw env** (target 0.8). Its five
-  bracketed runs gave 0.860-0.981, all five above 0.8.
-  - Earlier the same day: 0.939 (07:03, runs 0.863-1.085). Before these
-    changes: 0.771 (runs 0.754-0.868). On 11-26, three tables gave 0.839,
-    0.858 and 0.885.
+  bracketed runs gave 0.874-0.965, all five above 0.8.
+  - Earlier the same day: 0.882 at 08:31 (runs 0.860-0.981) and 0.939 at
+    07:03 (runs 0.863-1.085). Before the actor's changes: 0.771 (runs
+    0.754-0.868). On 11-26, three tables gave 0.839, 0.858 and 0.885.
   - Single runs spread widely here: alternating runs of the code before and
     after the FC change gave 0.80-0.93 on both sides. So the figure is the
     table's median, not any one run.
   - The actor's CPU per env step, apart from its emulator threads, is the
-    steadier figure: 72.5 µs here, with the emulator threads at ~390.
+    steadier figure: 52.8 µs here (72.5 at 08:31, in the slower mode), with
+    the emulator threads at ~316 (~390).
   - With a core of its own for the policy (the row "emulator on 1 core"),
-    the actor runs at the emulator's speed: 1.04.
+    the actor runs at the emulator's speed: 1.05 (runs 1.03-1.06).
 - On the AVX2-only CPU of 11-25 (its table is kept below, from before these
   changes) the same row gave 0.82 (runs 0.782-0.907), and single runs since
   11-24 0.76-0.98 there; the changes above have not been run there. On 2
@@ -195,14 +204,16 @@ policy acting on the first 8 ready, `actor.int8_torso: auto`):
   now, ~105 there: the int8 CNN and Python) is taken from them, and the raw
   env's rate drifts by tens of percent within minutes. Each ratio is therefore a
   median of actor runs bracketed by raw runs.
-- Learner update against a plain PyTorch loop on the same batch: 1.05 for
-  Pong and 1.05 for CartPole (target at most 1.10). Earlier tables: 1.07 /
-  1.04 at 07:03, 1.06 / 1.05 on 11-26, and 0.82-1.09 across all tables.
-- `zrl run` with 2 Pong actors: 2,872 env steps/s in this table. Earlier:
-  2,542 at 07:03, ~3,000-3,100 on 11-26, ~2,100 on the AVX2 CPU (its table
-  is kept below; 1,600-1,900 in its earlier tables). The
-  learner waits for data 8% of its time, so on 2 cores the CPU learner, not
-  the actors, sets the pace. CartPole's rows have no target.
+- Learner update against a plain PyTorch loop on the same batch: 1.03 for
+  Pong and 1.06 for CartPole (target at most 1.10). Earlier tables: 1.05 /
+  1.05 at 08:31, 1.07 / 1.04 at 07:03, 1.06 / 1.05 on 11-26, and 0.82-1.09
+  across all tables.
+- `zrl run` with 2 Pong actors: 3,172 env steps/s in this table. Earlier:
+  2,872 at 08:31 and 2,542 at 07:03 (the slower mode), ~3,000-3,100 on
+  11-26, ~2,100 on the AVX2 CPU (its table is kept below; 1,600-1,900 in its
+  earlier tables). The learner waits for data 9% of its time, so on 2 cores
+  the CPU learner, not the actors, sets the pace. CartPole's rows have no
+  target.
 - On a GPU (an H100, 11-26: no table here, the bench's CUDA rows need one):
   the CUDA path copies batches through pinned memory, non-blocking, and makes
   no synchronising call in the update beyond V-trace's round trip (checked by
