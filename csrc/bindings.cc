@@ -808,6 +808,10 @@ py::list join_checked(const py::list& parts, int axis, const py::handle& out_obj
   if (axis < 0 || axis >= ndim)
     throw py::value_error("axis " + std::to_string(axis) + " outside out's " + std::to_string(ndim) + " dimensions");
   const auto itemsize = static_cast<uint32_t>(out.itemsize());
+  if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8)
+    throw py::value_error("out: items of 1, 2, 4 or 8 bytes expected, got " + std::string(py::str(out.dtype())));
+  if (out.dtype().byteorder() == '>')  // (the checks read native order; so does the wire)
+    throw py::value_error("out: a big-endian dtype, " + std::string(py::str(out.dtype())));
   if (rule == zrl::CopyRule::kFinite && (out.dtype().kind() != 'f' || itemsize == 1))
     throw py::value_error("rule 'finite' needs a float16, float32 or float64 array, got " + std::string(py::str(out.dtype())));
   if (rule == zrl::CopyRule::kBound && out.dtype().kind() != 'i' && out.dtype().kind() != 'u' && out.dtype().kind() != 'b')
@@ -1425,7 +1429,7 @@ PYBIND11_MODULE(_core, m) {
         "Joins numpy arrays (C-contiguous, out's dtype, out's shape but along axis) into out along axis, "
         "checking each element as it is copied: rule 'none', 'finite' (no NaN or infinity; float16/32/64) or "
         "'bound' (each element, read as unsigned, < bound). Returns the indices of the parts that broke it; "
-        "every part is copied regardless. Releases the GIL while copying.");
+        "every part is copied regardless. out must not overlap a part. Releases the GIL while copying.");
 
   m.def("pixels_to_channels_last", &pixels_to_channels_last, py::arg("src"), py::arg("out"),
         "uint8 [N, C, H, W] -> out [N, H, W, C] (PyTorch's channels_last), cast to out's dtype: float32, "

@@ -92,6 +92,8 @@ def test_join_checked_refuses_what_it_cannot_join():
         (([f.astype(np.int32)] * 2, 1, out.astype(np.int32), "finite"), "finite"),
         (([f, f], 1, out, "bound"), "bound"),
         (([f, [0.0]], 1, out, "finite"), r"parts\[1\]"),
+        (([f.astype(np.complex128)] * 2, 1, np.empty((4, 4), np.complex128), "none"), "1, 2, 4 or 8 bytes"),
+        (([f.astype(">f4")] * 2, 1, np.empty((4, 4), ">f4"), "finite"), "big-endian"),
         (([f, f], 1, np.empty((4, 4), np.float32)[:, :], "finite"), None),  # fine: a sanity case
     ]
     for args, match in cases:
@@ -166,3 +168,18 @@ def test_every_array_a_gate_leaves_to_the_join_is_joined_by_collate():
         with pytest.raises(RejectedChunks) as e:
             algo.collate([_message(c) for c in chunks], torch.device("cpu"))
         assert list(e.value.errors) == [1] and e.value.errors[1].detail.startswith(name), name
+
+
+def test_a_subclass_that_joins_its_own_way_keeps_every_check_at_the_gate():
+    class OwnJoin(Impala):
+        def collate(self, msgs, device):  # a join that checks nothing
+            return {}
+
+    class Declared(OwnJoin):
+        checked_at_join = frozenset({"obs"})
+
+    cfg = small_config()
+    specs = (spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    assert Impala(cfg, *specs).join_checks() == Impala.checked_at_join
+    assert OwnJoin(cfg, *specs).join_checks() == frozenset()
+    assert Declared(cfg, *specs).join_checks() == {"obs"}

@@ -127,6 +127,25 @@ def test_a_chunk_rejected_at_the_batch_join_is_dropped_and_its_batch_mates_train
     wait_for(lambda: learner.updates >= 1, 60, "an update from the two good chunks")
     assert dict(learner.rejected) == {"bad_value": 1}
     assert any("obs holds a NaN or an infinity (checked at the batch join)" in r.getMessage() for r in caplog.records)
-    assert learner.env_steps == 3 * T * K  # counted on receipt, as before
+    assert learner.env_steps == 2 * T * K  # counted on receipt, taken back when rejected
     assert learner.queue.empty() and not learner._leftover  # both good chunks went into the update
     assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())
+
+
+def test_chunks_put_back_never_make_a_batch_wider_than_batch_size(make_learner):
+    """After a rejection the learner puts the rejected chunk's batch mates back in front of
+    the queue; the next batches take them in order, only while they fit."""
+    cfg = small_config()  # batch_size 8
+    learner, _ = make_learner(cfg, start=False)
+    learner._build(spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    chunk = lambda k: (object(), {"T": 5, "K": k, "M": 0})  # columns() reads K alone
+    back = [chunk(4), chunk(2), chunk(4)]
+    learner._leftover = list(back)
+    queued = [chunk(2), chunk(2)]
+    for item in queued:
+        learner.queue.put(item)
+    never = lambda: False
+    first = learner._next_batch(never, lambda: None)
+    assert first == back[:2] and learner._leftover == back[2:]  # 4 + 2; 4 more would make 10
+    second = learner._next_batch(never, lambda: None)
+    assert second == [back[2], *queued] and learner._leftover == [] and learner.queue.empty()

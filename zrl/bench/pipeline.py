@@ -247,7 +247,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     # The learner's receiver checks every frame with its wire.Gate (the C++ FrameGate once a
     # layout is known); counted here in line with the update, as if nothing overlapped.
     gate = wire.Gate(cfg.learner.max_message_bytes, DATA_KINDS)
-    gate.set_trajectory_checks(schema, algo.check_values, algo.gate_rules(), at_join=algo.checked_at_join)
+    gate.set_trajectory_checks(schema, algo.check_values, algo.gate_rules(), at_join=algo.join_checks())
 
     params2 = list(m2.parameters())
 

@@ -213,7 +213,7 @@ def _receiver_main(conn) -> None:
 
         gate = wire.Gate(cap, DATA_KINDS)  # as the learner builds it
         gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.gate_rules(),
-                                   at_join=algo.checked_at_join)
+                                   at_join=algo.join_checks())
         state.update(gate=gate, frame_bytes=frame_bytes)
         endpoints = {}
         for mode in MODES:

@@ -412,7 +412,7 @@ class Learner:
         self.obs_spec, self.action_spec = obs_spec, action_spec
         self.algo, self.model, self.optimizer = algo, model, opt
         self.gate.set_trajectory_checks(algo.trajectory_schema(self.config.learner.batch_size), algo.check_values, algo.gate_rules(),
-                                        at_join=algo.checked_at_join)
+                                        at_join=algo.join_checks())
         self._latest_weights = (self.updates, publishable(self.flat).copy())
         self._ready.set()
 
@@ -637,8 +637,15 @@ class Learner:
 
     def _next_batch(self, deadline_check, idle) -> list[tuple[wire.Message, dict]] | None:
         B = self.config.learner.batch_size
-        items, cols = self._leftover, sum(self.algo.columns(m, b) for m, b in self._leftover)
-        self._leftover = []
+        items, cols = [], 0
+        pending, self._leftover = self._leftover, []
+        for j, item in enumerate(pending):  # chunks put back: a batch's overflow, or the mates of a rejected chunk
+            c = self.algo.columns(*item)
+            if items and cols + c > B:
+                self._leftover = pending[j:]
+                return items
+            items.append(item)
+            cols += c
         while cols < B:
             try:
                 item = self.queue.get(timeout=0.05)
@@ -714,6 +721,8 @@ class Learner:
         except RejectedChunks as e:
             for err in e.errors.values():
                 self._reject(err.reason.value, err.detail)
+            with self._lock:  # counted on receipt; a chunk rejected here was no env step trained on
+                self.env_steps -= sum(self.algo.env_steps(*items[i]) for i in e.errors)
             self._leftover = [item for i, item in enumerate(items) if i not in e.errors] + self._leftover
             return None
 

@@ -189,7 +189,8 @@ class Algorithm:
     # copies each element into the batch (raising RejectedChunks), so that the learner's
     # gate need not read them on the receiving thread: a second read of every value, on
     # another core than the one whose I/O thread wrote it (bench/TRANSPORT.md). Marks
-    # (`value_marks`) stay at the gate. Empty: the gate checks everything.
+    # (`value_marks`) stay at the gate. Empty: the gate checks everything. The learner
+    # reads it through `join_checks`.
     checked_at_join: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
@@ -256,6 +257,15 @@ class Algorithm:
     def value_rules(self, bindings: dict[str, int]):
         """(value_bounds, value_marks): what the default check_values checks."""
         return self.value_bounds(bindings), self.value_marks(bindings)
+
+    def join_checks(self) -> frozenset[str]:
+        """`checked_at_join` for the learner's gate, if the `collate` this class runs is the
+        one that declared them; else nothing (the gate checks everything): a subclass that
+        overrides collate must declare what its own join checks."""
+        for klass in type(self).__mro__:
+            if "checked_at_join" in vars(klass):
+                return self.checked_at_join if getattr(klass, "collate", None) is type(self).collate else frozenset()
+        return frozenset()
 
     def gate_rules(self):
         """`value_rules` for the learner's C++ gate (wire.Gate) if those rules are all that
