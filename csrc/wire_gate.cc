@@ -21,14 +21,64 @@ T load(const uint8_t* p) {
   return v;
 }
 
-template <typename T>
-bool all_below(const uint8_t* p, uint64_t count, uint64_t bound) {
-  if (bound > static_cast<uint64_t>(static_cast<T>(~T{0}))) return true;  // every T is below it
-  // An OR of compares, not an early exit: the loop vectorises, and bad frames are rare.
+// Inlined into each SIMD clone below, so that each clone's loops are built for its target.
+#if defined(__GNUC__)
+#define ZRL_INLINE inline __attribute__((always_inline))
+#else
+#define ZRL_INLINE inline
+#endif
+
+// The rules' loops over whole arrays, in two forms: kCopy = false only tests src (the
+// gate); kCopy = true also stores each element into dst as it tests it (the batch join's
+// copy_checked: one pass, so a checked copy costs what a plain one does). Each ORs its
+// tests, not an early exit: the loop vectorises, and bad frames are rare.
+template <typename T, bool kCopy>
+ZRL_INLINE bool below(uint8_t* dst, const uint8_t* src, uint64_t count, uint64_t bound) {
+  if (bound > static_cast<uint64_t>(static_cast<T>(~T{0}))) {  // every T is below it
+    if constexpr (kCopy) std::memcpy(dst, src, count * sizeof(T));
+    return true;
+  }
   const T b = static_cast<T>(bound);
   T bad = 0;
-  for (uint64_t i = 0; i < count; ++i) bad |= static_cast<T>(load<T>(p + i * sizeof(T)) >= b);
+  for (uint64_t i = 0; i < count; ++i) {
+    const T v = load<T>(src + i * sizeof(T));
+    if constexpr (kCopy) std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
+    bad |= static_cast<T>(v >= b);
+  }
   return bad == 0;
+}
+
+// A float is NaN or infinite exactly when its exponent bits are all set, that is when
+// adding one to its exponent carries into the sign bit. An OR of those sums vectorises
+// (SSE2 and up).
+template <typename T, bool kCopy>
+ZRL_INLINE bool finite(uint8_t* dst, const uint8_t* src, uint64_t count, T exponent, T one) {
+  T carries = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const T v = load<T>(src + i * sizeof(T));
+    if constexpr (kCopy) std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
+    carries |= static_cast<T>((v & exponent) + one);
+  }
+  return (carries >> (8 * sizeof(T) - 1)) == 0;
+}
+
+template <bool kCopy>
+ZRL_INLINE bool below_by_size(uint8_t* dst, const uint8_t* src, uint64_t count, uint32_t itemsize, uint64_t bound) {
+  switch (itemsize) {
+    case 1: return below<uint8_t, kCopy>(dst, src, count, bound);
+    case 2: return below<uint16_t, kCopy>(dst, src, count, bound);
+    case 4: return below<uint32_t, kCopy>(dst, src, count, bound);
+    default: return below<uint64_t, kCopy>(dst, src, count, bound);
+  }
+}
+
+template <bool kCopy>
+ZRL_INLINE bool finite_by_size(uint8_t* dst, const uint8_t* src, uint64_t count, uint32_t itemsize) {
+  switch (itemsize) {
+    case 2: return finite<uint16_t, kCopy>(dst, src, count, 0x7C00u, 0x0400u);
+    case 4: return finite<uint32_t, kCopy>(dst, src, count, 0x7F800000u, 0x00800000u);
+    default: return finite<uint64_t, kCopy>(dst, src, count, 0x7FF0000000000000ull, 0x0010000000000000ull);
+  }
 }
 
 // The loops over whole arrays (bounds, finite floats) read most of every received
@@ -43,80 +93,19 @@ bool all_below(const uint8_t* p, uint64_t count, uint64_t bound) {
 #endif
 
 ZRL_SIMD_CLONES bool bound_holds(const uint8_t* data, const GateBound& b) {
-  const uint8_t* p = data + b.offset;
-  switch (b.itemsize) {
-    case 1: return all_below<uint8_t>(p, b.count, b.bound);
-    case 2: return all_below<uint16_t>(p, b.count, b.bound);
-    case 4: return all_below<uint32_t>(p, b.count, b.bound);
-    default: return all_below<uint64_t>(p, b.count, b.bound);
-  }
-}
-
-// A float is NaN or infinite exactly when its exponent bits are all set, that is when
-// adding one to its exponent carries into the sign bit. An OR of those sums vectorises
-// (SSE2 and up).
-template <typename T>
-bool all_finite(const uint8_t* p, uint64_t count, T exponent, T one) {
-  T carries = 0;
-  for (uint64_t i = 0; i < count; ++i) carries |= static_cast<T>((load<T>(p + i * sizeof(T)) & exponent) + one);
-  return (carries >> (8 * sizeof(T) - 1)) == 0;
+  return below_by_size<false>(nullptr, data + b.offset, b.count, b.itemsize, b.bound);
 }
 
 // (Not inlined into FrameGate::check: inside its loop over rules GCC vectorised none of
 // it, ~0.7 ns a float.)
 ZRL_SIMD_CLONES bool finite_holds(const uint8_t* data, const GateFinite& f) {
-  const uint8_t* p = data + f.offset;
-  switch (f.itemsize) {
-    case 2: return all_finite<uint16_t>(p, f.count, 0x7C00u, 0x0400u);
-    case 4: return all_finite<uint32_t>(p, f.count, 0x7F800000u, 0x00800000u);
-    default: return all_finite<uint64_t>(p, f.count, 0x7FF0000000000000ull, 0x0010000000000000ull);
-  }
-}
-
-// The copying forms of the two loops above: one pass loads each element, stores it and
-// ORs its test, so a checked copy costs what a plain one does once the data is in cache.
-template <typename T>
-bool copy_finite(uint8_t* dst, const uint8_t* src, uint64_t count, T exponent, T one) {
-  T carries = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    const T v = load<T>(src + i * sizeof(T));
-    std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
-    carries |= static_cast<T>((v & exponent) + one);
-  }
-  return (carries >> (8 * sizeof(T) - 1)) == 0;
-}
-
-template <typename T>
-bool copy_below(uint8_t* dst, const uint8_t* src, uint64_t count, uint64_t bound) {
-  if (bound > static_cast<uint64_t>(static_cast<T>(~T{0}))) {  // every T is below it
-    std::memcpy(dst, src, count * sizeof(T));
-    return true;
-  }
-  const T b = static_cast<T>(bound);
-  T bad = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    const T v = load<T>(src + i * sizeof(T));
-    std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
-    bad |= static_cast<T>(v >= b);
-  }
-  return bad == 0;
+  return finite_by_size<false>(nullptr, data + f.offset, f.count, f.itemsize);
 }
 
 ZRL_SIMD_CLONES bool copy_checked_impl(uint8_t* dst, const uint8_t* src, uint64_t count, uint32_t itemsize,
                                        CopyRule rule, uint64_t bound) {
-  if (rule == CopyRule::kFinite) {
-    switch (itemsize) {
-      case 2: return copy_finite<uint16_t>(dst, src, count, 0x7C00u, 0x0400u);
-      case 4: return copy_finite<uint32_t>(dst, src, count, 0x7F800000u, 0x00800000u);
-      default: return copy_finite<uint64_t>(dst, src, count, 0x7FF0000000000000ull, 0x0010000000000000ull);
-    }
-  }
-  switch (itemsize) {
-    case 1: return copy_below<uint8_t>(dst, src, count, bound);
-    case 2: return copy_below<uint16_t>(dst, src, count, bound);
-    case 4: return copy_below<uint32_t>(dst, src, count, bound);
-    default: return copy_below<uint64_t>(dst, src, count, bound);
-  }
+  if (rule == CopyRule::kFinite) return finite_by_size<true>(dst, src, count, itemsize);
+  return below_by_size<true>(dst, src, count, itemsize, bound);
 }
 
 bool marks_hold(const uint8_t* data, const GateMarks& m) {
