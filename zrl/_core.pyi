@@ -1,4 +1,4 @@
-"""Type stub for the C++ extension zrl._core (csrc/bindings.cc)."""
+"""Type stub for the C++ extension zrl._core (csrc/python/, one file per domain)."""
 from typing import Any, Callable
 
 import numpy as np
@@ -80,7 +80,7 @@ class UniformReplay:
     def state_dict(self) -> dict[str, np.ndarray]: ...
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
-# The learner's one-call check of frames with a known layout (csrc/wire_gate.h);
+# The learner's one-call check of frames with a known layout (csrc/wire/wire_gate.h);
 # zrl.wire.Gate wraps it.
 class FrameGate:
     def __init__(self, kind: int, max_bytes: int) -> None: ...
@@ -110,7 +110,7 @@ class MessageBase:
     _arrays: dict[str, np.ndarray] | None
 
 class ZmqNative:
-    """pyzmq's own libzmq reached from C++ (csrc/zmq_native.h); zrl.transport.native() builds one."""
+    """pyzmq's own libzmq reached from C++ (csrc/wire/zmq_native.h); zrl.transport.native() builds one."""
 
     def __init__(self, module: str, major: int, minor: int, patch: int) -> None: ...
     @property

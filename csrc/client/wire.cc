@@ -35,23 +35,6 @@ void check_name(std::string_view name) {
 
 }  // namespace
 
-bool is_known_kind(uint16_t kind) {
-  switch (static_cast<Kind>(kind)) {
-    case Kind::kHello:
-    case Kind::kHelloReply:
-    case Kind::kTrajectory:
-    case Kind::kWeights:
-    case Kind::kStats:
-    case Kind::kError:
-    case Kind::kShutdown:
-    case Kind::kAct:
-    case Kind::kAction:
-    case Kind::kBye:
-      return true;
-  }
-  return false;
-}
-
 const char* kind_name(Kind kind) {
   switch (kind) {
     case Kind::kHello: return "HELLO";
@@ -66,29 +49,6 @@ const char* kind_name(Kind kind) {
     case Kind::kBye: return "BYE";
   }
   return "UNKNOWN";
-}
-
-bool is_known_dtype(uint8_t code) { return code >= 1 && code <= 11; }
-
-std::size_t itemsize(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-      return 1;
-    case DType::kInt16:
-    case DType::kFloat16:
-    case DType::kUInt16:
-      return 2;
-    case DType::kInt32:
-    case DType::kFloat32:
-    case DType::kUInt32:
-      return 4;
-    case DType::kInt64:
-    case DType::kFloat64:
-      return 8;
-  }
-  return 0;
 }
 
 const char* dtype_name(DType dtype) {
@@ -216,28 +176,28 @@ void encode(const Header& header, const ArrayRef* arrays, std::size_t n_arrays, 
   out->assign(total, 0);
   uint8_t* buf = out->data();
 
-  std::memcpy(buf, kMagic, 4);
-  store_le<uint16_t>(buf + 4, kProtocolVersion);
-  store_le<uint16_t>(buf + 6, static_cast<uint16_t>(header.kind));
-  store_le<uint32_t>(buf + 8, header.sender_id);
-  store_le<uint32_t>(buf + 12, static_cast<uint32_t>(n_arrays));
+  std::memcpy(buf + kMagicOffset, kMagic, sizeof kMagic);
+  store_le<uint16_t>(buf + kVersionOffset, kProtocolVersion);
+  store_le<uint16_t>(buf + kKindOffset, static_cast<uint16_t>(header.kind));
+  store_le<uint32_t>(buf + kSenderIdOffset, header.sender_id);
+  store_le<uint32_t>(buf + kArrayCountOffset, static_cast<uint32_t>(n_arrays));
   store_le<uint64_t>(buf + kSeqOffset, header.seq);
   store_le<uint64_t>(buf + kPolicyVersionOffset, header.policy_version);
-  store_le<uint32_t>(buf + 32, static_cast<uint32_t>(meta.size()));
-  store_le<uint32_t>(buf + 36, 0);  // flags: reserved
+  store_le<uint32_t>(buf + kMetaLenOffset, static_cast<uint32_t>(meta.size()));
+  store_le<uint32_t>(buf + kFlagsOffset, 0);  // reserved
   store_le<uint64_t>(buf + kTotalOffset, total);
 
   for (std::size_t i = 0; i < n_arrays; ++i) {
     const ArrayRef& a = arrays[i];
     uint8_t* d = buf + kHeaderSize + i * kDescriptorSize;
-    std::memcpy(d, a.name.data(), a.name.size());  // the rest of the 32 bytes stays NUL
-    d[32] = static_cast<uint8_t>(a.dtype);
-    d[33] = a.shape.ndim;
-    // 34..39 reserved, already 0
-    for (std::size_t k = 0; k < kMaxDims; ++k) store_le<uint32_t>(d + 40 + 4 * k, k < a.shape.ndim ? a.shape.dims[k] : 0);
+    std::memcpy(d + kDescNameOffset, a.name.data(), a.name.size());  // the rest of the 32 bytes stays NUL
+    d[kDescDtypeOffset] = static_cast<uint8_t>(a.dtype);
+    d[kDescNdimOffset] = a.shape.ndim;
+    // the reserved bytes stay 0
+    for (std::size_t k = 0; k < kMaxDims; ++k) store_le<uint32_t>(d + kDescDimsOffset + 4 * k, k < a.shape.ndim ? a.shape.dims[k] : 0);
     const uint64_t nbytes = itemsize(a.dtype) * a.shape.num_elements();
-    store_le<uint64_t>(d + 64, offsets[i]);
-    store_le<uint64_t>(d + 72, nbytes);
+    store_le<uint64_t>(d + kDescDataOffset, offsets[i]);
+    store_le<uint64_t>(d + kDescNbytesOffset, nbytes);
     if (nbytes) std::memcpy(buf + offsets[i], a.data, nbytes);
   }
   if (!meta.empty()) std::memcpy(buf + meta_offset, meta.data(), meta.size());
@@ -258,20 +218,20 @@ void decode(const void* data, std::size_t size, Message* out, std::size_t max_by
   const uint64_t n = size;
   if (n > max_bytes) reject("too_large", std::to_string(n) + " bytes > cap " + std::to_string(max_bytes));
   if (n < kHeaderSize) reject("too_short", std::to_string(n) + " bytes < header " + std::to_string(kHeaderSize));
-  if (std::memcmp(buf, kMagic, 4) != 0) reject("bad_magic", "magic 0x" + hex(buf, 4));
-  const auto version = load_le<uint16_t>(buf + 4);
+  if (std::memcmp(buf + kMagicOffset, kMagic, sizeof kMagic) != 0) reject("bad_magic", "magic 0x" + hex(buf, 4));
+  const auto version = load_le<uint16_t>(buf + kVersionOffset);
   if (version != kProtocolVersion) {
     reject("bad_version", "protocol version " + std::to_string(version) + ", this side speaks " +
                               std::to_string(kProtocolVersion));
   }
-  const auto kind = load_le<uint16_t>(buf + 6);
+  const auto kind = load_le<uint16_t>(buf + kKindOffset);
   if (!is_known_kind(kind)) reject("bad_kind", "unknown kind " + std::to_string(kind));
-  const auto sender_id = load_le<uint32_t>(buf + 8);
-  const auto n_arrays = load_le<uint32_t>(buf + 12);
+  const auto sender_id = load_le<uint32_t>(buf + kSenderIdOffset);
+  const auto n_arrays = load_le<uint32_t>(buf + kArrayCountOffset);
   const auto seq = load_le<uint64_t>(buf + kSeqOffset);
   const auto policy_version = load_le<uint64_t>(buf + kPolicyVersionOffset);
-  const auto meta_len = load_le<uint32_t>(buf + 32);
-  const auto flags = load_le<uint32_t>(buf + 36);
+  const auto meta_len = load_le<uint32_t>(buf + kMetaLenOffset);
+  const auto flags = load_le<uint32_t>(buf + kFlagsOffset);
   const auto total = load_le<uint64_t>(buf + kTotalOffset);
   if (total != n) {
     reject("bad_length", "header says " + std::to_string(total) + " bytes, frame has " + std::to_string(n));
@@ -292,17 +252,17 @@ void decode(const void* data, std::size_t size, Message* out, std::size_t max_by
     const uint8_t* d = buf + kHeaderSize + std::size_t{i} * kDescriptorSize;
     // The name is its bytes up to the trailing NULs; a NUL inside is an error.
     std::size_t len = kNameBytes;
-    while (len > 0 && d[len - 1] == 0) --len;
-    const std::string_view name(reinterpret_cast<const char*>(d), len);
+    while (len > 0 && d[kDescNameOffset + len - 1] == 0) --len;
+    const std::string_view name(reinterpret_cast<const char*>(d + kDescNameOffset), len);
     const std::string label = "array " + std::to_string(i);
     if (!is_valid_utf8(name)) reject("bad_descriptor", label + ": name is not UTF-8");
     if (name.empty() || name.find('\0') != std::string_view::npos || out->find(name) != nullptr) {
       reject("bad_descriptor", label + ": empty, NUL-containing or duplicate name '" + std::string(name) + "'");
     }
     const std::string quoted = "array '" + std::string(name) + "'";
-    const uint8_t code = d[32];
-    const uint8_t ndim = d[33];
-    if (load_le<uint16_t>(d + 34) != 0 || load_le<uint32_t>(d + 36) != 0) {
+    const uint8_t code = d[kDescDtypeOffset];
+    const uint8_t ndim = d[kDescNdimOffset];
+    if (load_le<uint16_t>(d + kDescReservedOffset) != 0 || load_le<uint32_t>(d + kDescReservedOffset + 2) != 0) {
       reject("bad_descriptor", quoted + ": reserved bytes are not zero");
     }
     if (!is_known_dtype(code)) reject("bad_dtype", quoted + ": unknown dtype code " + std::to_string(code));
@@ -313,15 +273,15 @@ void decode(const void* data, std::size_t size, Message* out, std::size_t max_by
     Shape shape;
     shape.ndim = ndim;
     for (std::size_t k = 0; k < kMaxDims; ++k) {
-      const auto dim = load_le<uint32_t>(d + 40 + 4 * k);
+      const auto dim = load_le<uint32_t>(d + kDescDimsOffset + 4 * k);
       if (k < ndim) {
         shape.dims[k] = dim;
       } else if (dim != 0) {
         reject("bad_descriptor", quoted + ": unused dims are not zero");
       }
     }
-    const auto offset = load_le<uint64_t>(d + 64);
-    const auto nbytes = load_le<uint64_t>(d + 72);
+    const auto offset = load_le<uint64_t>(d + kDescDataOffset);
+    const auto nbytes = load_le<uint64_t>(d + kDescNbytesOffset);
     // itemsize x product(shape), where an overflow of 64 bits can only mismatch.
     uint64_t expected = itemsize(dtype);
     bool overflow = false;

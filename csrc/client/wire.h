@@ -1,6 +1,7 @@
-// The zrl wire format in C++ (internal to libzrl_client): one ZeroMQ frame
-// per message, [header 48 B][descriptors 80 B x n][meta][pad][array 0][pad]...
-// docs/PROTOCOL.md gives the bytes; zrl/wire.py is the Python twin. Both are
+// The zrl wire format's encoder and decoder (internal to libzrl_client): one
+// ZeroMQ frame per message, [header 48 B][descriptors 80 B x n][meta][pad][array 0]...
+// The format's constants are public, in <zrl/wire_format.h> (shared with zrl's
+// core); docs/PROTOCOL.md gives the bytes; zrl/wire.py is the Python twin. Both are
 // checked against the golden frames in tests/data/golden/, so this module is
 // kept free of sockets and of the Client's state: tests call it directly.
 //
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "zrl/client.h"
+#include "zrl/wire_format.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 // Headers are written byte by byte, but array payloads are copied as they lie
@@ -29,71 +31,10 @@
 
 namespace zrl::wire {
 
-inline constexpr char kMagic[4] = {'Z', 'R', 'L', 'W'};
-inline constexpr uint16_t kProtocolVersion = ZRL_CLIENT_PROTOCOL_VERSION;
-inline constexpr std::size_t kHeaderSize = 48;
-// Header fields a sender rewrites per message (and receivers read), as byte offsets.
-inline constexpr std::size_t kSeqOffset = 16;
-inline constexpr std::size_t kPolicyVersionOffset = 24;
-inline constexpr std::size_t kTotalOffset = 40;
-inline constexpr std::size_t kDescriptorSize = 80;
-inline constexpr std::size_t kAlign = 64;
-inline constexpr std::size_t kMaxDims = 6;
-
-inline constexpr std::size_t kMaxArrays = 64;
-inline constexpr std::size_t kNameBytes = 32;  // names are 1..31 bytes, NUL-padded
 // Replies to a client are small (an action); anything larger is hostile.
 inline constexpr std::size_t kDefaultMaxBytes = std::size_t{64} << 20;
 
-// Little-endian stores and loads, byte by byte: the frame's fields are not
-// aligned for their types, and this states the byte order explicitly.
-template <typename T>
-inline void store_le(uint8_t* p, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-}
-
-template <typename T>
-inline T load_le(const uint8_t* p) {
-  uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return static_cast<T>(v);
-}
-
-enum class Kind : uint16_t {
-  kHello = 1,
-  kHelloReply = 2,
-  kTrajectory = 3,
-  kWeights = 4,
-  kStats = 5,
-  kError = 6,
-  kShutdown = 7,
-  kAct = 16,
-  kAction = 17,
-  kBye = 18,
-};
-bool is_known_kind(uint16_t kind);
-const char* kind_name(Kind kind);  // "HELLO", "ACT", ...
-
-// ACT flags (the `flags` array, uint8).
-inline constexpr uint8_t kFlagFirst = 1;
-inline constexpr uint8_t kFlagLast = 2;
-inline constexpr uint8_t kFlagTruncated = 4;
-
-enum class DType : uint8_t {
-  kBool = 1,
-  kUInt8 = 2,
-  kInt8 = 3,
-  kInt16 = 4,
-  kInt32 = 5,
-  kInt64 = 6,
-  kFloat16 = 7,
-  kFloat32 = 8,
-  kFloat64 = 9,
-  kUInt16 = 10,
-  kUInt32 = 11,
-};
-bool is_known_dtype(uint8_t code);
-std::size_t itemsize(DType dtype);
+const char* kind_name(Kind kind);     // "HELLO", "ACT", ...
 const char* dtype_name(DType dtype);  // numpy's names: "float32", "bool", ...
 
 struct Shape {

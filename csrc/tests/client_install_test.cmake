@@ -29,7 +29,7 @@ file(REMOVE_RECURSE ${ZRL_SCRATCH_DIR})
 file(MAKE_DIRECTORY ${ZRL_SCRATCH_DIR})
 
 run_step("cmake --install" ${CMAKE_COMMAND} --install ${ZRL_BUILD_DIR} --prefix ${prefix})
-foreach(f include/zrl/client.h ${ZRL_LIBDIR}/cmake/zrl_client/zrl_clientConfig.cmake
+foreach(f include/zrl/client.h include/zrl/wire_format.h ${ZRL_LIBDIR}/cmake/zrl_client/zrl_clientConfig.cmake
           ${ZRL_LIBDIR}/pkgconfig/zrl_client.pc ${ZRL_LIBDIR}/libzrl_client.a)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "the install lacks ${f}")

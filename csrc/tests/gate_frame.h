@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "wire_gate.h"
+#include "wire/wire_gate.h"
 
 namespace zrl::testing {
 

@@ -1,6 +1,6 @@
 // GoogleTest of the int8 layer kernel (int8_gemm.h): a convolution and an FC against their
 // definitions in plain integer loops, and the SIMD kernels against the portable one.
-#include "int8_gemm.h"
+#include "kernels/int8_gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -218,6 +218,27 @@ TEST(Int8Layer, RefusesAWidthThatIsNotAMultipleOf16) {
     EXPECT_FALSE(zrl::int8_layer(c.x.data(), c.base.data(), 2, c.layer(), 1.0f, 0, nullptr, out.data(), k));
     for (float v : out) EXPECT_EQ(v, -1.0f);
   }
+}
+
+TEST(Int8Layer, RunsInsideXAreCheckedOverEveryBaseAndOffset) {
+  const std::vector<std::int64_t> base = {8, 0, 4};
+  const std::vector<std::int32_t> offs = {0, 2, 6};
+  // The last run starts at 8 + 6 and ends at 18.
+  EXPECT_TRUE(zrl::int8_runs_inside(base.data(), 3, offs.data(), 3, 18));
+  EXPECT_FALSE(zrl::int8_runs_inside(base.data(), 3, offs.data(), 3, 17));
+  const std::vector<std::int32_t> back = {-1, 0};
+  EXPECT_FALSE(zrl::int8_runs_inside(base.data(), 3, back.data(), 2, 100));  // base 0 - 1 < 0
+  // A base near INT64_MAX must not wrap around (past int64) into range.
+  const std::vector<std::int64_t> huge = {INT64_MAX - 1};
+  EXPECT_FALSE(zrl::int8_runs_inside(huge.data(), 1, offs.data(), 3, 100));
+  EXPECT_TRUE(zrl::int8_runs_inside(nullptr, 0, offs.data(), 3, 0));  // no positions: no runs
+  EXPECT_TRUE(zrl::int8_runs_inside(base.data(), 3, nullptr, 0, 0));
+}
+
+TEST(Int8Layer, TheLongestJKeepsEveryExactSumInsideInt32) {
+  const std::int64_t worst = 4 * 255 * 127;  // the largest |sum| one run adds
+  EXPECT_LE(static_cast<std::int64_t>(zrl::kInt8LayerMaxJ) * worst, INT32_MAX);
+  EXPECT_GT(static_cast<std::int64_t>(zrl::kInt8LayerMaxJ + 1) * worst, INT32_MAX);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // GoogleTest of the pixel relayout kernels against the definition, index by index.
-#include "pixels.h"
+#include "kernels/pixels.h"
 
 #include <gtest/gtest.h>
 

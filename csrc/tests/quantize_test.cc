@@ -1,5 +1,5 @@
 // GoogleTest of the per-row int8 quantization against its definition (quantize.h).
-#include "quantize.h"
+#include "kernels/quantize.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // GoogleTest of the categorical sampler against its definition (inverse CDF of the softmax).
-#include "sample.h"
+#include "kernels/sample.h"
 
 #include <gtest/gtest.h>
 
@@ -64,6 +64,19 @@ TEST(SampleCategorical, ReportsTheFirstBadRow) {
   EXPECT_EQ(zrl::sample_categorical(with_inf.data(), 3, 2, u, a, lp), 2u);
   const std::vector<float> all_masked = {-inf, -inf, 0.0f, 0.0f, 0.0f, 0.0f};
   EXPECT_EQ(zrl::sample_categorical(all_masked.data(), 3, 2, u, a, lp), 0u);
+}
+
+TEST(SampleCategorical, FindsTheFirstDrawOutsideTheUnitInterval) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> fine = {0.0, 0.5, std::nextafter(1.0, 0.0)};
+  EXPECT_EQ(zrl::first_draw_outside_unit(fine.data(), fine.size()), fine.size());
+  EXPECT_EQ(zrl::first_draw_outside_unit(nullptr, 0), 0u);
+  const std::vector<double> one = {0.5, 1.0, -0.1};
+  EXPECT_EQ(zrl::first_draw_outside_unit(one.data(), one.size()), 1u);
+  const std::vector<double> negative = {-0.0, -1e-300};
+  EXPECT_EQ(zrl::first_draw_outside_unit(negative.data(), negative.size()), 1u);
+  const std::vector<double> with_nan = {0.1, 0.2, nan};
+  EXPECT_EQ(zrl::first_draw_outside_unit(with_nan.data(), with_nan.size()), 2u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // GoogleTest of the V-trace kernel against a reference written as the paper's
 // sum of products: vs_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t.
-#include "vtrace.h"
+#include "kernels/vtrace.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // GoogleTest of FrameGate: it vouches for a frame whose descriptors were
 // registered and whose values are in bounds, and for nothing else: every
 // header field, the block, the array span and each bound can fail it.
-#include "wire_gate.h"
+#include "wire/wire_gate.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // GoogleTest of zmq_native: attaching to a loaded libzmq through a module that
 // links it, then stamp + send and a gated drain over inproc. Here the module is
 // libzmq itself (this test links it); in zrl it is pyzmq's extension.
-#include "zmq_native.h"
+#include "wire/zmq_native.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>

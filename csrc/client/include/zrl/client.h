@@ -16,7 +16,8 @@
 // docs/CLIENT.md shows how to build, install and link this library.
 //
 // Depends on libzmq and the C++17 standard library only; this header
-// includes neither ZeroMQ nor anything else outside the standard library.
+// includes neither ZeroMQ nor anything outside the standard library but
+// <zrl/wire_format.h> (the format's constants, installed beside it).
 //
 // Threading contract. A Client is not thread-safe: it owns one ZeroMQ socket,
 // and ZeroMQ sockets must not be used by two threads at once. Give each
@@ -66,6 +67,8 @@
 #include <string>
 #include <vector>
 
+#include "zrl/wire_format.h"
+
 #if defined(_WIN32)
 #define ZRL_CLIENT_API
 #else
@@ -75,7 +78,7 @@
 #endif
 
 // The wire protocol version this client speaks (docs/PROTOCOL.md).
-#define ZRL_CLIENT_PROTOCOL_VERSION 1
+#define ZRL_CLIENT_PROTOCOL_VERSION ZRL_WIRE_PROTOCOL_VERSION
 
 namespace zrl {
 

@@ -27,10 +27,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
-#include "wire_gate.h"
+#include "wire/wire_gate.h"
 
 namespace zrl {
 
@@ -69,6 +70,19 @@ struct ZmqApi {
 // first `total` of a buffer of `size` bytes; false (nothing written) unless
 // total covers a header and fits in the buffer.
 bool stamp_header(uint8_t* frame, std::size_t size, uint64_t seq, uint64_t policy_version, uint64_t total);
+
+// A copy within a frame, frame[to, to + n) = frame[from, from + n) (the ranges may
+// overlap): how send_frame writes the next chunk's bootstrap row into a frame that
+// went out copied, in the same call as the send.
+struct RowCopy {
+  uint64_t to = 0, from = 0, n = 0;
+
+  // Whether both ranges lie inside a frame of `size` bytes (no overflow for any values).
+  bool fits(std::size_t size) const { return n <= size && to <= size - n && from <= size - n; }
+  void apply(uint8_t* frame) const {
+    if (n != 0) std::memmove(frame + to, frame + from, n);
+  }
+};
 
 // zmq_send(socket, data, n, flags); returns 0, or zmq_errno() of the failed send
 // (EAGAIN: ZMQ_DONTWAIT found the queue full). Call a blocking send without the GIL.

@@ -1,4 +1,4 @@
-#include "sample.h"
+#include "kernels/sample.h"
 
 #include <cmath>
 #include <limits>
@@ -39,6 +39,12 @@ std::size_t sample_categorical(const float* logits, std::size_t b, std::size_t n
     logp[i] = static_cast<float>((static_cast<double>(l[pick]) - top) - std::log(total));
   }
   return b;
+}
+
+std::size_t first_draw_outside_unit(const double* u, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(u[i] >= 0.0 && u[i] < 1.0)) return i;
+  return n;
 }
 
 }  // namespace zrl

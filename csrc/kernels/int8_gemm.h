@@ -31,8 +31,8 @@
 //     x[a] w[a] + x[b] w[b] within int16 (|w| <= 63 for x up to 255, |w| <= 127 for x up
 //     to 127; zrl's int8_weight_max, which is 63 exactly where this kernel runs).
 //   - "portable": the plain loop.
-// The exact kernels give the sums in int32 while 4 J x 255 x 127 fits (J <= 16,579: the
-// binding refuses more); within that range all three agree. OC must be a multiple of 16.
+// The exact kernels give the sums in int32 while 4 J x 255 x 127 fits (J <= kInt8LayerMaxJ:
+// zrl._core.int8_layer refuses more); within that range all three agree. OC must be a multiple of 16.
 // Pure function: safe from any number of threads on distinct outputs.
 #pragma once
 
@@ -52,6 +52,18 @@ struct Int8Layer {
 
 // The kernels (see above). kAuto: the fastest this CPU runs.
 enum class Int8Kernel { kAuto, kAvx512Vnni, kAvx2, kPortable };
+
+// Every kernel but kAuto, fastest first: kAuto picks the first of these that runs here.
+inline constexpr Int8Kernel kInt8Kernels[] = {Int8Kernel::kAvx512Vnni, Int8Kernel::kAvx2, Int8Kernel::kPortable};
+
+// The largest J whose sums fit int32 whatever the inputs: an output sums 4 J products of up to 255 x 127.
+inline constexpr std::size_t kInt8LayerMaxJ = INT32_MAX / (4 * 255 * 127);
+
+// Whether every run x[base[p] + offs[j] + q] (p < P, j < J, q < 4) lies inside x's x_bytes;
+// true when P or J is 0. Computed in 128 bits, so a hostile base near INT64_MAX cannot
+// wrap past the check.
+bool int8_runs_inside(const std::int64_t* base, std::size_t P, const std::int32_t* offs, std::size_t J,
+                      std::size_t x_bytes);
 
 // Whether `kernel` runs on this CPU (x86-64 built by GCC or Clang, and the CPU's features).
 bool int8_kernel_runs(Int8Kernel kernel);

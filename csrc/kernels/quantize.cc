@@ -1,4 +1,4 @@
-#include "quantize.h"
+#include "kernels/quantize.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "zmq_native.h"
+#include "wire/zmq_native.h"
 
 #include <dlfcn.h>
 
@@ -11,7 +11,7 @@
 #include <mutex>
 #include <utility>
 
-#include "client/wire.h"  // the header offsets (header-only use: nothing of libzmq)
+#include "zrl/wire_format.h"
 
 namespace zrl {
 namespace {

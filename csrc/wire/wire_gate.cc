@@ -1,9 +1,14 @@
-#include "wire_gate.h"
+#include "wire/wire_gate.h"
 
 #include <cstring>
 #include <stdexcept>
 
-#include "client/wire.h"  // the format's constants (header-only use: no libzmq)
+#include "zrl/wire_format.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+// The checks read the frame's fields and arrays in host order; the wire is little-endian.
+#error "zrl's core supports little-endian hosts only"
+#endif
 
 namespace zrl {
 namespace {
@@ -12,8 +17,8 @@ using wire::kDescriptorSize;
 using wire::kHeaderSize;
 using wire::kMaxArrays;
 
-// Little-endian loads from possibly unaligned frame bytes (the wire is
-// little-endian; so are the hosts zrl builds on, see csrc/client/wire.h).
+// Loads from possibly unaligned frame bytes, in host order: little-endian, as the
+// wire (checked above).
 template <typename T>
 T load(const uint8_t* p) {
   T v;
@@ -177,11 +182,13 @@ void FrameGate::clear() {
 GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
   GateResult r;
   if (layouts_.empty() || n > max_bytes_ || n < kHeaderSize) return r;
-  if (std::memcmp(data, wire::kMagic, sizeof wire::kMagic) != 0) return r;
-  if (load<uint16_t>(data + 4) != wire::kProtocolVersion || load<uint16_t>(data + 6) != kind_) return r;
-  const uint32_t n_arrays = load<uint32_t>(data + 12);
-  const uint32_t meta_len = load<uint32_t>(data + 32);
-  if (load<uint32_t>(data + 36) != 0 || load<uint64_t>(data + wire::kTotalOffset) != n) return r;  // flags, total
+  if (std::memcmp(data + wire::kMagicOffset, wire::kMagic, sizeof wire::kMagic) != 0) return r;
+  if (load<uint16_t>(data + wire::kVersionOffset) != wire::kProtocolVersion ||
+      load<uint16_t>(data + wire::kKindOffset) != kind_)
+    return r;
+  const uint32_t n_arrays = load<uint32_t>(data + wire::kArrayCountOffset);
+  const uint32_t meta_len = load<uint32_t>(data + wire::kMetaLenOffset);
+  if (load<uint32_t>(data + wire::kFlagsOffset) != 0 || load<uint64_t>(data + wire::kTotalOffset) != n) return r;
   if (n_arrays == 0 || n_arrays > kMaxArrays) return r;
   if ((load<uint64_t>(data + wire::kSeqOffset) | load<uint64_t>(data + wire::kPolicyVersionOffset)) >> 63) return r;
   const uint64_t meta_offset = kHeaderSize + kDescriptorSize * uint64_t{n_arrays};
@@ -203,7 +210,7 @@ GateResult FrameGate::check(const uint8_t* data, std::size_t n) const {
       if (!marks_hold(data, m)) return r;
     }
     r.layout = static_cast<int>(i);
-    r.sender_id = load<uint32_t>(data + 8);
+    r.sender_id = load<uint32_t>(data + wire::kSenderIdOffset);
     r.seq = load<uint64_t>(data + wire::kSeqOffset);
     r.policy_version = load<uint64_t>(data + wire::kPolicyVersionOffset);
     r.meta_offset = meta_offset;

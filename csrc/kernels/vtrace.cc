@@ -3,7 +3,7 @@
 // backward scan over t whose inner loop runs over the contiguous B axis, so the
 // compiler vectorises it and no per-column state is needed: row t+1 of `vs`
 // is the recursion's carry.
-#include "vtrace.h"
+#include "kernels/vtrace.h"
 
 #include <algorithm>
 #include <cmath>

@@ -23,4 +23,8 @@ namespace zrl {
 std::size_t sample_categorical(const float* logits, std::size_t b, std::size_t n,
                                const double* u, std::int64_t* actions, float* logp);
 
+// The index of the first draw outside [0, 1) (NaN included), or n when all are inside:
+// sample_categorical's precondition on u.
+std::size_t first_draw_outside_unit(const double* u, std::size_t n);
+
 }  // namespace zrl

@@ -1,4 +1,4 @@
-#include "pixels.h"
+#include "kernels/pixels.h"
 
 #include <cstring>
 

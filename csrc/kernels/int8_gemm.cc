@@ -1,5 +1,6 @@
-#include "int8_gemm.h"
+#include "kernels/int8_gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -193,6 +194,14 @@ const char* int8_kernel_name(Int8Kernel kernel) {
     case Int8Kernel::kAvx2: return "avx2";
     default: return "portable";
   }
+}
+
+bool int8_runs_inside(const std::int64_t* base, std::size_t P, const std::int32_t* offs, std::size_t J,
+                      std::size_t x_bytes) {
+  if (P == 0 || J == 0) return true;
+  const auto [bl, bh] = std::minmax_element(base, base + P);
+  const auto [ol, oh] = std::minmax_element(offs, offs + J);
+  return static_cast<__int128>(*bl) + *ol >= 0 && static_cast<__int128>(*bh) + *oh + 4 <= static_cast<__int128>(x_bytes);
 }
 
 bool int8_layer(const std::uint8_t* x, const std::int64_t* base, std::size_t P, const Int8Layer& L,
