@@ -160,7 +160,7 @@ def from_json(d: Any) -> Spec:
 
 def from_gym(space) -> Spec:
     """The spec of a gymnasium space (Box or Discrete)."""
-    import gymnasium as gym
+    import gymnasium as gym  # lazy: slow to import, and only gymnasium spaces need it
 
     if isinstance(space, gym.spaces.Discrete):
         if int(space.start) != 0:

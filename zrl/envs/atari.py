@@ -51,7 +51,7 @@ import numpy as np
 
 from zrl import spaces
 from zrl.config import ConfigError, EnvConfig
-from zrl.envs import GymnasiumVectorEnv, Step, VectorEnv
+from zrl.envs.vector import GymnasiumVectorEnv, Step, VectorEnv
 
 log = logging.getLogger("zrl.envs")
 
@@ -65,7 +65,7 @@ _ID = re.compile(r"^(?:ALE/)?(?P<game>[A-Za-z0-9_]+?)(?:NoFrameskip|Deterministi
 def _rom_ids() -> dict[str, str] | None:
     """Normalised name (lowercase, no underscores) -> ale_py ROM id; None without ale_py."""
     try:
-        from ale_py import roms
+        from ale_py import roms  # lazy: ale_py is optional (None without it)
     except ImportError:
         return None
     return {r.replace("_", ""): r for r in roms.get_all_rom_ids()}
@@ -159,7 +159,7 @@ class AleVectorEnv(VectorEnv):
 
     def __init__(self, cfg: EnvConfig, num_envs: int, seed: int, batch_size: int = 0):
         try:
-            from ale_py.vector_env import AtariVectorEnv
+            from ale_py.vector_env import AtariVectorEnv  # lazy: ale_py is optional; this backend says so without it
         except ImportError as e:
             raise ConfigError(f"env.backend ale_vector needs ale-py with its vector env: {e}") from None
         game = rom_name(cfg.id)
@@ -272,7 +272,7 @@ class GymAtariVectorEnv(GymnasiumVectorEnv):
 
 
 def _make_gym_atari(game: str, cfg: EnvConfig) -> gym.Env:
-    from ale_py.env import AtariEnv
+    from ale_py.env import AtariEnv  # lazy: ale_py is optional, needed only to make a game
 
     kwargs = dict(obs_type="grayscale", frameskip=1, repeat_action_probability=cfg.repeat_action_probability, full_action_space=False)
     kwargs = _with_kwargs(kwargs, cfg, ("full_action_space", "mode", "difficulty"), "AtariEnv")
