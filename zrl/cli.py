@@ -1,7 +1,8 @@
 """The `zrl` command. Commands only parse arguments, build configs and call
-library code (zrl.learner, zrl.actors, zrl.launch, zrl.evaluate, zrl.bench);
-heavy imports (torch) happen inside the commands that need them, so
-`zrl run` itself starts fast and the children do the importing in parallel.
+library code (zrl.launch, zrl.evaluate, zrl.keys, zrl.bench). Each command
+imports its library code when it runs (and zrl.launch's entry points import
+torch only then), so `zrl --help` and config errors stay fast; `zrl run`'s
+children run this same command line (zrl.launch.processes).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import click
 
 from zrl.bench import BENCHMARKS, BenchUnavailable
 from zrl.config import ConfigError, load_config
+from zrl.protocol.endpoints import endpoint_problem
 
 T_START = time.time()
 
@@ -60,8 +62,6 @@ def _endpoint(binding: bool):
     """A click callback that refuses a malformed endpoint (libzmq would only say "Invalid argument")."""
 
     def check(ctx, param, value):
-        from zrl.transport import endpoint_problem
-
         problem = value is not None and endpoint_problem(value, binding=binding)
         if problem:
             raise click.BadParameter(problem)
@@ -168,7 +168,7 @@ def main(verbose: bool) -> None:
 def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file):
     """Train: receive trajectories, publish weights, checkpoint."""
     cfg = _load(config_path, overrides, device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
-    from zrl.launch import run_learner
+    from zrl.launch import run_learner  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     sys.exit(run_learner(cfg, bind, logdir or cfg.run.logdir, resume=resume, ready_file=ready_file, install_signals=_install_stop_handlers))
 
@@ -186,7 +186,7 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
     cfg = _load(config_path, overrides)
     if index >= num_actors:
         raise click.BadParameter(f"--index {index} must be in [0, --num-actors {num_actors})")
-    from zrl.launch import run_actor
+    from zrl.launch import run_actor  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     sys.exit(run_actor(cfg, learner_endpoint, index, num_actors, seed, install_signals=_install_stop_handlers, eval_mode=eval_mode))
 
@@ -204,7 +204,7 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
     """Start a learner and N actors on this machine; stop them all on exit."""
     flags = dict(actors=actors, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
     cfg = _load(config_path, overrides, **flags)
-    from zrl.launch import RunOptions, run_local
+    from zrl.launch import RunOptions, run_local  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     opts = RunOptions(
         config_path=config_path,
@@ -232,7 +232,7 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
 def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed):
     """Agent server: batched inference for simulators that embed a zrl client."""
     cfg = _load(config_path, overrides)
-    from zrl.launch import run_server
+    from zrl.launch import run_server  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     sys.exit(run_server(cfg, bind, learner_endpoint, checkpoint_path=checkpoint_path, seed=seed, install_signals=_install_stop_handlers))
 
@@ -247,7 +247,7 @@ def keys():
 @click.option("--clients", default=1, show_default=True, help="Client key pairs to make (client, client2, ...).")
 def keys_generate(directory, clients):
     """Make a server key pair and client key pairs in DIRECTORY; authorise the clients."""
-    from zrl.keys import generate_keys
+    from zrl.keys import generate_keys  # lazy: imports zmq
 
     for line in generate_keys(directory, clients):
         click.echo(line)
@@ -261,7 +261,7 @@ def keys_generate(directory, clients):
 @click.option("--num-envs", type=click.IntRange(min=1), default=8, show_default=True)
 def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
     """Run a checkpoint's policy and print its mean return."""
-    from zrl.evaluate import evaluate_checkpoint
+    from zrl.evaluate import evaluate_checkpoint  # lazy: imports torch
 
     try:
         result = evaluate_checkpoint(checkpoint_path, episodes=episodes, greedy=not sample, seed=seed, num_envs=num_envs)
@@ -280,7 +280,7 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
               help="Length of the timed runs of pong and soak (default 600; --quick: 90 and 40). A slower CPU "
                    "needs longer to see Pong's return rise: bench/README.md.")
 def bench(name, out, quick, repeats, seconds):
-    from zrl.bench.runner import check_seconds, run_benchmarks
+    from zrl.bench.runner import check_seconds, run_benchmarks  # lazy: the harness (subprocess, statistics) would slow every command's start-up
 
     try:
         check_seconds(name, seconds)
@@ -301,7 +301,7 @@ def _process_start_time() -> float:
     imported (a few tens of milliseconds after the interpreter started) is used.
     """
     try:
-        import psutil
+        import psutil  # lazy: only zrl run reads its start time, and psutil slows every command's start-up
 
         created = psutil.Process().create_time()
     except Exception:

@@ -14,10 +14,10 @@ import os
 import shutil
 from pathlib import Path
 
+import zmq.auth
+
 
 def generate_keys(directory: str | os.PathLike, clients: int = 1) -> list[str]:
-    import zmq.auth
-
     d = Path(directory)
     authorized = d / "authorized"
     authorized.mkdir(parents=True, exist_ok=True)

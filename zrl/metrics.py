@@ -20,7 +20,7 @@ class MetricsWriter:
         self.console = console
         self._tb = None
         if logdir is not None:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # lazy: slow to import, and a writer without a logdir needs none
 
             self._tb = SummaryWriter(log_dir=str(logdir), flush_secs=10)
 

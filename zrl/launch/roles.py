@@ -1,0 +1,100 @@
+"""The process entry points of `zrl learner`, `zrl actor` and `zrl serve`: each builds its
+role's object from a config, runs it until it stops, and returns the exit code the command
+exits with (which `zrl run` reads to decide whether to restart it: see supervisor.py).
+
+This module imports nothing heavy itself, so that `zrl --help` stays fast; each entry point
+imports its role (and torch with it) when it runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import Callable
+
+from zrl.config import Config, ConfigError
+from zrl.protocol.endpoints import is_loopback
+
+# Exit codes a restart would not change: the config cannot run, or the learner refused the hello.
+EXIT_CONFIG = 2
+EXIT_REFUSED = 3
+
+
+def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=None, max_seconds=None, max_env_steps=None, ready_file=None, install_signals: Callable | None = None) -> int:
+    from zrl.checkpoint import CheckpointError  # lazy: imports torch
+    from zrl.learner.learner import Learner  # lazy: imports torch
+
+    try:
+        learner = Learner(cfg, bind, logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    except (OSError, CheckpointError, ValueError) as e:
+        print(f"[learner] error: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    if install_signals is not None:
+        install_signals(learner.request_stop)
+    warn_if_exposed("learner", learner.control_endpoint, cfg)
+    if ready_file:
+        write_ready_file(ready_file, learner)
+    try:
+        result = learner.run()
+    finally:
+        learner.close()
+    if result.stop_reason.startswith("receiver failed"):
+        return 1
+    return 130 if result.stop_reason == "interrupted" else 0
+
+
+def write_ready_file(path: str, learner) -> None:
+    """The learner's bound endpoints as JSON, written whole (a reader never sees half of it)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"control": learner.control_endpoint, "trajectory": learner.trajectory_endpoint, "weights": learner.weights_endpoint, "pid": os.getpid()}, f)
+    os.replace(tmp, path)
+
+
+def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, seed, install_signals: Callable | None = None, eval_mode: bool = False) -> int:
+    from zrl.actors.actor import Actor, HelloError  # lazy: imports torch
+
+    stop = threading.Event()
+    if install_signals is not None:
+        install_signals(stop.set)
+    try:
+        Actor(cfg, learner_endpoint, index, num_actors, seed, stop=stop, eval_mode=eval_mode).run()
+    except ConfigError as e:  # e.g. an env id that gymnasium cannot make: a restart would not help
+        print(f"[actor {index}] error: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except HelloError as e:
+        print(f"[actor {index}] error: {e}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    return 130 if stop.is_set() else 0  # stopped by a signal, or told to by the learner
+
+
+def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, checkpoint_path=None, seed=None, install_signals: Callable | None = None) -> int:
+    from zrl.actors.actor import HelloError  # lazy: imports torch
+    from zrl.checkpoint import CheckpointError  # lazy: imports torch
+    from zrl.server import AgentServer  # lazy: imports torch
+
+    stop = threading.Event()
+    if install_signals is not None:
+        install_signals(stop.set)
+    try:
+        server = AgentServer(cfg, bind, learner_endpoint, stop=stop, checkpoint_path=checkpoint_path, seed=seed)
+    except (ValueError, CheckpointError) as e:
+        print(f"[server] error: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except OSError as e:  # e.g. its port in use: zrl run tries again later
+        print(f"[server] error: {e}", file=sys.stderr, flush=True)
+        return 1
+    warn_if_exposed("server", server.endpoint, cfg)
+    try:
+        server.run()
+    except HelloError as e:
+        print(f"[server] error: {e}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    return 0  # stopping on a signal is how a server ends
+
+
+def warn_if_exposed(role: str, endpoint: str, cfg: Config) -> None:
+    if not is_loopback(endpoint) and not cfg.security.curve:
+        print(f"[{role}] warning: bound to {endpoint}, reachable from other machines, without CURVE: "
+              "anyone who can reach it can send data and read weights (see docs/DEPLOY.md, security.curve)", file=sys.stderr, flush=True)
