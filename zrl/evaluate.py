@@ -8,8 +8,8 @@ import numpy as np
 from zrl import checkpoint, spaces
 from zrl.config import EnvConfig, config_from_dict
 from zrl.envs import make_vector_env
-from zrl.learner import algorithms
-from zrl.learner.algorithms.base import ActorAlgo, NullRecorder
+from zrl import algorithms
+from zrl.algorithms.base import ActorAlgo, NullRecorder
 
 
 def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from zrl.algorithms.base import Policy, Recorder
 from zrl.envs import Step
-from zrl.learner.algorithms.base import Policy, Recorder
 
 
 class ReadyStreams:

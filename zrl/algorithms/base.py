@@ -1,20 +1,27 @@
-"""The algorithm seam: what an algorithm must provide to the actor and learner pipelines."""
+"""The algorithm seam: what an algorithm provides to the actor and learner pipelines.
+
+An actor (or the agent server) asks an algorithm for a batched `Policy` and one
+`Recorder` per stream of envs; the recorder writes what was done into frames
+of the algorithm's schema and hands them to its `Sender`, which owns the
+socket. The learner asks it for its schema (checked on receipt), its batch
+source (`batch_source`: fresh chunks joined by `collate`, or a replay filled by
+`ingest` and drawn by `sample`), and `update(batch)`, which owns the networks,
+optimisers, schedules and target nets and takes any number of optimiser steps.
+Algorithms never touch a socket.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from zrl import spaces, wire
+from zrl.algorithms.optim import EnvStepSchedule, gradient_step, make_optimizer, restore_optimizer
 from zrl.config import Config
 from zrl.cpu import cpu_flags
 from zrl.envs import Step
-
-# Builds the header and returns the frame for a message an actor algorithm
-# filled: (OutMessage | None, fallback arrays | None, rows) -> frame bytes.
-FrameFn = Callable[..., Any]
-
+from zrl.models import flatten_parameters
 
 def _native_bf16(device_type: str) -> bool:
     if device_type == "cuda":
@@ -147,31 +154,6 @@ class ActorAlgo:
         return self.recorder.observe(step)
 
 
-class Sender:
-    """Frames an actor's messages: its sender id and a running sequence number.
-
-    With a `link` (the actor's LearnerLink, or anything whose `pusher` is a
-    transport.Pusher), `finish` also sends the message through the link's current
-    pusher if it can go without waiting, and then returns None; else it returns
-    the frame, for the caller to send (and wait, or drop) as any other.
-    """
-
-    def __init__(self, sender_id: int, link=None):
-        self.sender_id = sender_id
-        self.seq = 0
-        self.link = link
-
-    def finish(self, msg: wire.OutMessage, policy_version: int, rows: "wire.Cut | dict[str, int] | None" = None):
-        self.seq += 1
-        if self.link is not None:
-            return self.link.pusher.send(msg, self.sender_id, self.seq, policy_version, rows)
-        return msg.finish(sender_id=self.sender_id, seq=self.seq, policy_version=policy_version, rows=rows)
-
-    def encode(self, kind: wire.Kind, arrays, policy_version: int, meta=None) -> bytearray:
-        self.seq += 1
-        return wire.encode(kind, arrays, meta, sender_id=self.sender_id, seq=self.seq, policy_version=policy_version)
-
-
 class RejectedChunks(Exception):
     """Raised by `Algorithm.collate` when chunks broke a rule it checks as it copies them
     (`checked_at_join`): `errors` maps the index of each such message to its WireError.
@@ -183,38 +165,51 @@ class RejectedChunks(Exception):
 
 
 class Algorithm:
+    """One algorithm for agreed observation and action specs.
+
+    Both sides: `build_model`, `trajectory_schema`. Actor side: `make_policy`,
+    `make_recorder`, `make_eval_policy`. Learner side: `setup(device)` builds
+    the learner's state (the published network `model`, `optimizer`, schedules,
+    target nets), then per batch `update(batch) -> metrics`; `checkpoint_state`
+    and `restore` carry that state across runs. The batch source is the config's
+    `batch_source`: "stream" (fresh chunks: `columns`, `collate`) or "replay"
+    (`ingest` from the receiver thread, `sample` from the training loop).
+    """
+
     name: ClassVar[str]
-    uses_replay: ClassVar[bool] = False
-    # Arrays whose per-element rules (finite floats, `value_bounds`) `collate` checks as it
-    # copies each element into the batch (raising RejectedChunks), so that the learner's
-    # gate need not read them on the receiving thread: a second read of every value, on
-    # another core than the one whose I/O thread wrote it (bench/TRANSPORT.md). Marks
-    # (`value_marks`) stay at the gate. Empty: the gate checks everything. The learner
-    # reads it through `join_checks`.
-    checked_at_join: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         self.config = config
         self.obs_spec = obs_spec
         self.action_spec = action_spec
+        self.model: torch.nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def batch_source(self) -> str:
+        return self.config.algo.batch_source
 
     # -- both sides
     def build_model(self) -> torch.nn.Module:
         raise NotImplementedError
 
     def trajectory_schema(self, max_columns: int) -> wire.Schema:
-        """What a TRAJECTORY message must carry; checked by the learner on receive."""
+        """What a TRAJECTORY message must carry, as data: fields, dtypes, shapes and their
+        per-element rules (wire.Field, wire.Mark), checked by the learner on receipt.
+        Fields marked `at_join` are a promise that `collate` checks their rules as it
+        copies them (a stream learner's gate then leaves them to it)."""
         raise NotImplementedError
 
     # -- actor side (actors and the agent server)
     def make_policy(self, model: torch.nn.Module, *, actor_index: int, num_actors: int, seed: int) -> Policy:
         raise NotImplementedError
 
-    def make_recorder(self, model: torch.nn.Module, *, num_envs: int, sender: Sender) -> Recorder:
-        """A recorder for one stream of `num_envs` envs; `model` is the acting copy (some score data with it)."""
+    def make_recorder(self, model: torch.nn.Module, *, num_envs: int, sender) -> Recorder:
+        """A recorder for one stream of `num_envs` envs that hands its frames to `sender`
+        (zrl.actors.sender.Sender); `model` is the acting copy (some score data with it)."""
         raise NotImplementedError
 
-    def make_actor(self, model: torch.nn.Module, *, num_envs: int, actor_index: int, num_actors: int, seed: int, sender: Sender) -> ActorAlgo:
+    def make_actor(self, model: torch.nn.Module, *, num_envs: int, actor_index: int, num_actors: int, seed: int, sender) -> ActorAlgo:
         policy = self.make_policy(model, actor_index=actor_index, num_actors=num_actors, seed=seed)
         return ActorAlgo(policy, self.make_recorder(model, num_envs=num_envs, sender=sender))
 
@@ -222,76 +217,50 @@ class Algorithm:
         """A policy for evaluation: greedy, or sampled (records nothing)."""
         raise NotImplementedError
 
-    # -- learner side
-    def waiting_for(self) -> str | None:
-        """What the learner waits for while it cannot update (its console line says it), or None for data."""
-        return None
+    # -- learner side: state and update
+    def setup(self, device: torch.device, env_steps: int = 0) -> None:
+        """Builds the learner's state on `device`: the network actors get (`model`, its
+        parameters views of one buffer, `flat`), its optimiser and learning-rate schedule. An algorithm with more (target nets, other
+        optimisers) extends this."""
+        self.device = device
+        self.model = self.build_model().to(device)
+        self.flat = flatten_parameters(self.model)  # the buffer publishing reads, before the optimiser
+        self.optimizer = make_optimizer(self.config.learner, self.model.parameters())
+        self.schedule = EnvStepSchedule(self.optimizer, self.config.learner, env_steps)
+        self.params = list(self.model.parameters())
 
-    # -- learner side, stream mode
-    def columns(self, msg: wire.Message, bindings: dict[str, int]) -> int:
-        """How many batch columns a message fills."""
-        raise NotImplementedError
+    def update(self, batch: dict[str, torch.Tensor], env_steps: int) -> dict[str, torch.Tensor]:
+        """Trains on one batch; returns its metrics as tensors (read only when logged).
+        `env_steps`, the steps received so far, drives the learning-rate schedule."""
+        loss, stats = self.loss(self.model, batch)
+        stats.update(gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm))
+        self.after_update(self.model, batch, stats)
+        self.schedule.advance(env_steps)
+        return stats
 
-    def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
-        raise NotImplementedError
-
-    def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
-        """Content checks a schema cannot express (index ranges, action bounds); raise wire.WireError.
-        By default, `value_bounds` then `value_marks`. An algorithm that checks more overrides
-        this, and its frames then stay on the learner's Python path (`gate_rules`)."""
-        bounds, marks = self.value_rules(bindings)
-        if bounds:
-            wire.check_bounds(msg, bounds)
-        if marks:
-            wire.check_marks(msg, marks)
-
-    def value_bounds(self, bindings: dict[str, int]) -> dict[str, int] | None:
-        """{integer array: bound}: every element, read as unsigned, must be < bound."""
-        return None
-
-    def value_marks(self, bindings: dict[str, int]) -> list[tuple[str, str, str]] | None:
-        """[(index, marked, excluded)]: `index` lists exactly where `marked` is set, in order,
-        and `excluded` is not set there (wire.check_marks). Checked after the bounds."""
-        return None
-
-    def value_rules(self, bindings: dict[str, int]):
-        """(value_bounds, value_marks): what the default check_values checks."""
-        return self.value_bounds(bindings), self.value_marks(bindings)
-
-    def join_checks(self) -> frozenset[str]:
-        """`checked_at_join` for the learner's gate, if the `collate` this class runs is the
-        one that declared them; else nothing (the gate checks everything): a subclass that
-        overrides collate must declare what its own join checks."""
-        for klass in type(self).__mro__:
-            if "checked_at_join" in vars(klass):
-                return self.checked_at_join if getattr(klass, "collate", None) is type(self).collate else frozenset()
-        return frozenset()
-
-    def gate_rules(self):
-        """`value_rules` for the learner's C++ gate (wire.Gate) if those rules are all that
-        check_values checks (it is not overridden), else None: the gate then never vouches."""
-        return self.value_rules if type(self).check_values is Algorithm.check_values else None
-
-    def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Runs the network's forward passes inside `self.autocast(device)` and casts their outputs to float32."""
         raise NotImplementedError
+
+    def after_update(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], info: dict[str, Any]) -> None:
+        """Called after each optimiser step (priority updates, target syncs)."""
 
     def autocast(self, device: torch.device):
         """The learner's forward-pass precision (`learner.precision`): bf16 autocast, or nothing."""
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve_precision(self.config.learner.precision, device) == "bf16")
 
-    # -- learner side, replay mode (see apex_dqn)
-    def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:
-        raise NotImplementedError
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the learner's state: `model`, `optimizer`, and the
+        algorithm's own extras under `algo`."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "algo": self.state_dict()}
 
-    def sample(self, device: torch.device) -> dict[str, torch.Tensor] | None:
-        raise NotImplementedError
-
-    def after_update(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], info: dict[str, Any]) -> None:
-        """Called after each optimiser step (priority updates, target syncs)."""
+    def restore(self, state: dict[str, Any], optimizer_matches: bool) -> None:
+        """Loads a checkpoint's `checkpoint_state`; the optimiser's moments only where it was
+        the same optimiser (its settings stay the config's). Raises on a state that does not fit."""
+        self.model.load_state_dict(state["model"])
+        if optimizer_matches:
+            restore_optimizer(self.optimizer, state["optimizer"], self.config.learner)
+        self.load_state_dict(state.get("algo", {}))
 
     def state_dict(self) -> dict[str, Any]:
         """Extra learner state to checkpoint (target network, replay, ...)."""
@@ -299,3 +268,28 @@ class Algorithm:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+    def waiting_for(self) -> str | None:
+        """What the learner waits for while it cannot update (its console line says it), or None for data."""
+        return None
+
+    # -- learner side: what arrives
+    def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
+        raise NotImplementedError
+
+    # -- learner side: batch_source "stream"
+    def columns(self, msg: wire.Message, bindings: dict[str, int]) -> int:
+        """How many batch columns a message fills."""
+        raise NotImplementedError
+
+    def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
+        """The batch of these chunks on device; RejectedChunks for chunks whose `at_join`
+        fields broke their schema's rules as they were copied."""
+        raise NotImplementedError
+
+    # -- learner side: batch_source "replay" (see apex_dqn)
+    def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:
+        raise NotImplementedError
+
+    def sample(self, device: torch.device) -> dict[str, torch.Tensor] | None:
+        raise NotImplementedError

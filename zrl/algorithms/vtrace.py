@@ -72,7 +72,7 @@ _NAMES = ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")
 
 
 def _from_torch(args, thresholds) -> VTraceReturns:
-    import torch
+    import torch  # lazy: numpy callers of V-trace need no torch
 
     arrays = []
     for name, x in zip(_NAMES, args):

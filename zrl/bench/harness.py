@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from zrl.cpu import cpu_flags
+
 
 @dataclass
 class BenchOptions:
@@ -154,8 +156,6 @@ def time_call(
 def cpu_simd() -> str:
     """The vector features that decide zrl's CPU kernels (the model name alone does not tell an
     AVX2-only AMD EPYC from one with AVX-512): e.g. "AVX-512, VNNI, BF16" or "AVX2"."""
-    from zrl.cpu import cpu_flags
-
     flags = cpu_flags()
     names = [("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx512_bf16", "BF16"), ("amx_int8", "AMX")]
     found = [name for flag, name in names if flag in flags]
@@ -181,7 +181,7 @@ def machine_info() -> dict[str, Any]:
         pass
     info["cpu_simd"] = cpu_simd()
     try:
-        import torch
+        import torch  # lazy: the harness's other users (benchmarks that only run subprocesses, its tests) need no torch
 
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()

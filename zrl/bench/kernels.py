@@ -10,17 +10,16 @@ the kernel must touch: 4 [T, B] inputs + [B] bootstrap read, 2 [T, B] written.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from zrl.bench.harness import BenchOptions, BenchResult, time_call
-from zrl.learner.vtrace import from_importance_weights
+from zrl.algorithms.vtrace import from_importance_weights
 
 SIZES = [(20, 32), (80, 32), (80, 256), (1000, 256)]
 
 
 def torch_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, pg_rho_bar=1.0, c_bar=1.0, lambda_=1.0):
     """The reverse-scan loop of TorchBeast's vtrace.py, written out here (with lambda)."""
-    import torch
-
     with torch.no_grad():
         rhos = torch.exp(log_rhos)
         clipped_rhos = torch.clamp(rhos, max=rho_bar)
@@ -68,8 +67,6 @@ def make_inputs(T: int, B: int, seed: int = 0):
 
 
 def run(opts: BenchOptions) -> BenchResult:
-    import torch
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the C++ kernel is single-threaded; so is the comparison
     try:
@@ -79,8 +76,6 @@ def run(opts: BenchOptions) -> BenchResult:
 
 
 def _run(opts: BenchOptions) -> BenchResult:
-    import torch
-
     result = BenchResult(
         name="kernels",
         title="V-trace: zrl C++ kernel vs PyTorch reverse-scan loop vs numpy loop (us per call)",
@@ -112,7 +107,7 @@ def _run(opts: BenchOptions) -> BenchResult:
         )
     result.notes.append(
         "Medians of repeated timed batches after a warm-up; numpy float32 inputs through "
-        "zrl.learner.vtrace.from_importance_weights (argument checks included); torch with 1 thread."
+        "zrl.algorithms.vtrace.from_importance_weights (argument checks included); torch with 1 thread."
     )
     result.notes.append("x_torch / x_numpy: how many times faster zrl is than that reference in this run.")
     return result

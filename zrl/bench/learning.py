@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
 from zrl.bench.harness import BenchOptions, BenchResult, run_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,8 +103,6 @@ def zrl_seed(config: str, seed: int, max_s: float) -> dict:
 
 def read_curve(logdir, tag: str, t0: float) -> list[list[float]]:
     """[seconds since t0, env steps, value] for each of the learner's TensorBoard scalars `tag` in logdir."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     ea = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     ea.Reload()
     if tag not in ea.Tags()["scalars"]:
@@ -116,10 +116,10 @@ def plot(runs: dict[str, list[dict]], path: Path) -> bool:
     if not any(r.get("curve") for rs in runs.values() for r in rs):
         return False
     try:
-        import matplotlib
+        import matplotlib  # lazy: optional (the bench extra)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: optional, and only after choosing the Agg backend
     except ImportError:
         return False
     fig, (by_time, by_steps) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -152,7 +152,7 @@ def plot(runs: dict[str, list[dict]], path: Path) -> bool:
 
 def sb3_seed(seed: int, max_s: float) -> dict | None:
     try:
-        import stable_baselines3  # noqa: F401
+        import stable_baselines3  # noqa: F401  # lazy: optional (the bench extra): the reference is skipped without it
     except ImportError:
         return None
     # SB3's logger makes a folder (SB3_LOGDIR, else a new tempdir/SB3-<time> left behind):

@@ -38,23 +38,28 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from zrl import algorithms, spaces, wire
+from zrl.actors.sender import Sender
 from zrl.bench.harness import BenchOptions, BenchResult, run_group
+from zrl.config import load_config
+from zrl.envs import Step, make_vector_env, probe_specs
+from zrl.envs.atari import uses_ale_vector
+from zrl.learner.learner import Learner
+from zrl.learner.prefetch import Prefetcher
+from zrl.learner.publisher import HostWeights, WeightsFrames
+from zrl.learner.receiver import DATA_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {"CartPole": ROOT / "configs" / "cartpole_impala.yaml", "Pong": ROOT / "configs" / "pong_impala.yaml"}
 
 
 def _config(name, overrides=()):
-    from zrl.config import load_config
-
     return load_config(CONFIGS[name], list(overrides))
 
 
 def raw_env_rate(cfg, seconds: float) -> float:
-    from zrl.envs import make_vector_env
-    from zrl import spaces
-
     env = make_vector_env(cfg.env, cfg.actor.num_envs, 0)
     rng = np.random.default_rng(0)
     n = env.action_spec.n if isinstance(env.action_spec, spaces.DiscreteSpec) else None
@@ -77,8 +82,6 @@ def one_core_overrides(cfg) -> tuple[str, ...] | None:
     one core, the first this process may use, leaving the others to the policy; None where
     there is no second core, or the env is not ale_py's vector env (which pins its threads
     from `thread_affinity_offset`)."""
-    from zrl.envs.atari import uses_ale_vector
-
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cores) < 2 or not uses_ale_vector(cfg.env):
         return None
@@ -106,8 +109,6 @@ def actor_sink_rate(name: str, cfg, seconds: float, overrides=(), cpu: list | No
     """One `zrl actor` process against an in-process sink learner; env steps/s it delivers. With
     `cpu` (a list), appends the actor process's CPU per env step in the timed window, in µs:
     (its emulator threads, all its other threads), where /proc tells them apart (Linux)."""
-    from zrl.learner.learner import Learner
-
     tmp = tempfile.mkdtemp(prefix="zrl-sink-")
     bind = f"ipc://{tmp}/control"
     learner = Learner(cfg, bind, None, console=False, sink=True)
@@ -185,16 +186,6 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
 
     prefetch N: zrl's batches are checked and joined on a Prefetcher's thread, up to N ahead,
     as the learner does with learner.prefetch_batches N."""
-    import torch
-
-    from zrl import wire
-    from zrl.envs import probe_specs
-    from zrl.learner import algorithms
-    from zrl.learner.algorithms.base import Sender
-    from zrl.learner.learner import DATA_KINDS, HostWeights, WeightsFrames, update_step
-    from zrl.learner.prefetch import Prefetcher
-    from zrl.models import flatten_parameters
-
     torch.set_num_threads(cfg.learner.torch_threads)
     obs_spec, act_spec = probe_specs(cfg.env)
     algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, act_spec)
@@ -204,7 +195,6 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     model = algo.build_model()
     policy = algo.make_policy(model, actor_index=0, num_actors=1, seed=0)
     rec = algo.make_recorder(model, num_envs=K, sender=Sender(0))
-    from zrl.envs import Step
 
     def obs():
         if obs_spec.dtype == "uint8":
@@ -229,10 +219,9 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     m1 = algo.build_model().to(device)
     o1 = torch.optim.Adam(m1.parameters(), lr=1e-4)
     torch.manual_seed(1)
-    m2 = algo.build_model().to(device)
-    flat2 = flatten_parameters(m2)  # as the learner does, before its optimiser
-    o2 = torch.optim.Adam(m2.parameters(), lr=1e-4)
-    host_weights = HostWeights(flat2)
+    trainer = algorithms.get(cfg.algo.name)(cfg, obs_spec, act_spec)
+    trainer.setup(device)  # as the learner sets it up: its model in one flat buffer, its optimiser
+    host_weights = HostWeights(trainer.flat)
     weights_frames = WeightsFrames()
     version = 0
 
@@ -247,9 +236,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     # The learner's receiver checks every frame with its wire.Gate (the C++ FrameGate once a
     # layout is known); counted here in line with the update, as if nothing overlapped.
     gate = wire.Gate(cfg.learner.max_message_bytes, DATA_KINDS)
-    gate.set_trajectory_checks(schema, algo.check_values, algo.gate_rules(), at_join=algo.join_checks())
-
-    params2 = list(m2.parameters())
+    gate.set_trajectory_schema(schema, leave_to_join=True)
 
     def make_batch(stop=None):
         return algo.collate([gate.check(f)[0] for f in frames], device)
@@ -259,7 +246,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     def zrl_step():
         nonlocal version
         batch = make_batch() if prefetcher is None else prefetcher.get(60)
-        update_step(algo, m2, o2, params2, batch, cfg.learner.max_grad_norm)  # the learner's own step
+        trainer.update(batch, 0)  # the learner's own update
         version += 1
         host_weights.start(version)  # publishing, every update here
         landed = host_weights.ready()
@@ -293,10 +280,10 @@ def plot(rows: list[dict], path) -> bool:
     """env steps/s of `zrl run` against the number of actors, per env, with the raw env
     rate (the ceiling) and one actor into a sink; False without matplotlib."""
     try:
-        import matplotlib
+        import matplotlib  # lazy: optional (the bench extra)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: optional, and only after choosing the Agg backend
     except ImportError:
         return False
     envs = list(dict.fromkeys(r["env"] for r in rows))
@@ -332,8 +319,6 @@ def run(opts: BenchOptions) -> BenchResult:
         columns=["measurement", "env", "n", "zrl", "reference", "ratio", "learner_samples/s", "wait_for_data", "lag_mean"],
     )
     envs = ["CartPole", "Pong"]
-    import torch
-
     cuda = torch.cuda.is_available()
     secs = 2.0 if quick else 8.0
     pairs = 1 if quick else 5
@@ -388,7 +373,7 @@ def run(opts: BenchOptions) -> BenchResult:
         "zrl run: learner + n actors training, from the learner's first batch on; reference = the single-process raw env rate "
         "(n actors share the same 2 cores with the learner). wait_for_data = the learner's share of time waiting for a batch.",
         "learner update: median ms per update, zrl's path from wire messages (the learner's wire.Gate: decode and checks, in line with the update; collate, "
-        "then the learner's own update_step: loss with C++ V-trace, backward, clip, the non-finite gradient guard, step, after_update; weights written into a frame, learner.WeightsFrames) "
+        "then the learner's own Algorithm.update: loss with C++ V-trace, backward, clip, the non-finite gradient guard, step, after_update; weights written into a frame, learner.WeightsFrames) "
         "vs a plain PyTorch loop on the same batch already in tensors; n = batch columns; target ratio <= 1.10.",
         *(["learner update on cuda: the same on the GPU, both timed in blocks of 10 steps with one synchronize per block; "
            "zrl's batch goes to the GPU through pinned memory and its weights come back through HostWeights' pinned copy, "

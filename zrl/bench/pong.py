@@ -18,7 +18,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from zrl.algorithms.base import resolve_precision
 from zrl.bench.harness import BenchOptions, BenchResult, run_group
+from zrl.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +64,6 @@ def run(opts: BenchOptions) -> BenchResult:
         if code != 0:  # a failed run's curve is not a measurement
             raise RuntimeError(f"zrl run on Pong exited with {code}")
         final = json.loads((Path(d) / "learner_final.json").read_text())
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
         ea = EventAccumulator(d, size_guidance={"scalars": 0})
         ea.Reload()
         ret = ea.Scalars("episode/return") if "episode/return" in ea.Tags()["scalars"] else []
@@ -76,10 +79,10 @@ def run(opts: BenchOptions) -> BenchResult:
         result.notes.append(rise_note(result.rows))
         result.extra["rise_minute"] = rise_minute(result.rows)
         try:
-            import matplotlib
+            import matplotlib  # lazy: optional (the bench extra)
 
             matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+            import matplotlib.pyplot as plt  # lazy: optional, and only after choosing the Agg backend
 
             fig, ax = plt.subplots(figsize=(6, 3.5))
             ax.plot([(e.wall_time - t0) / 60 for e in ret], [e.value for e in ret])
@@ -94,11 +97,6 @@ def run(opts: BenchOptions) -> BenchResult:
         except ImportError:
             result.notes.append("matplotlib is not installed: no plot (pip install -e .[bench]).")
     perf = final.get("perf") or {}
-    import torch
-
-    from zrl.config import load_config
-    from zrl.learner.algorithms.base import resolve_precision
-
     cfg = load_config(ROOT / "configs" / "pong_impala.yaml")
     result.notes.append(f"Learner precision: {resolve_precision(cfg.learner.precision, torch.device('cpu'))} (learner.precision: {cfg.learner.precision}).")
     result.notes.append(

@@ -168,7 +168,7 @@ def _numpy(w: Workload, capacity: int) -> _Impl:
 
 
 def _cpprb(w: Workload, capacity: int) -> _Impl:
-    import cpprb
+    import cpprb  # lazy: optional (the bench extra)
 
     env = {k: {"shape": shape if shape else 1, "dtype": dtype} for k, (shape, dtype) in w.fields.items()}
     rb = cpprb.PrioritizedReplayBuffer(capacity, env, alpha=ALPHA)
@@ -246,7 +246,7 @@ def run(opts: BenchOptions) -> BenchResult:
                  "x_cpprb_cycle", "x_cpprb_sample", "x_cpprb_add"],
     )
     try:
-        import cpprb  # noqa: F401
+        import cpprb  # noqa: F401  # lazy: optional (the bench extra): the reference is skipped without it
 
         have_cpprb = True
     except ImportError:

@@ -25,14 +25,14 @@ the learner's cap, one I/O thread per context.
   and the checks the learner's gate makes: the final_index range and marks;
   the per-element rules of the arrays the learner joins into a batch (finite
   floats, action and flag ranges) are left to that join, which checks each
-  element as it copies it (`Algorithm.checked_at_join`), as in the learner;
+  element as it copies it (the schema's `at_join` fields), as in the learner;
   not counted here, as raw's reference never joins), draining bursts of
   up to 64 with `Gate.drain`: with `transport.native()`, C++ waits for the
   burst's first message in a blocking receive (as the learner's receiver does;
   a message that was waited for is its burst alone), takes the burst from
   libzmq and the FrameGate checks each frame of a known layout, without the
   GIL, and C++ makes each such frame's `wire.Message`; the first frame of a
-  layout takes the Python path (decode, schema, check_values) and registers it. The arrays' numpy views are made later, by
+  layout takes the Python path (decode, the schema and its rules) and registers it. The arrays' numpy views are made later, by
   `collate` on the trainer thread, as in the learner. Each burst is dropped once checked, as raw drops each frame
   (batching, where a learner keeps its messages, is measured by `zrl bench pipeline`).
 - raw: a preallocated bytes payload as long as the zrl frame, `send` with
@@ -63,7 +63,13 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+import zmq
+
+from zrl import spaces, wire
+from zrl.actors.sender import Sender
 from zrl.bench.harness import BenchOptions, BenchResult, ratio_interval
+from zrl.config import ActorConfig, Config, LearnerConfig
+from zrl.transport import Pusher, native_note
 
 WINDOW_S = 0.25
 ROUNDS_PER_REPEAT = 10  # 50 windows a side by default (--repeats 5)
@@ -105,9 +111,7 @@ FRESH = "raw fresh"
 
 def _impala(chunk: Chunk):
     """The real IMPALA algorithm object for a chunk (imports torch)."""
-    from zrl import spaces
-    from zrl.config import ActorConfig, Config, LearnerConfig
-    from zrl.learner.algorithms.impala import Impala
+    from zrl.algorithms.impala.algorithm import Impala  # lazy: imports torch, which only the spawned workers need
 
     batch = max(64, chunk.K)
     cfg = Config(actor=ActorConfig(num_envs=chunk.K, unroll_length=chunk.T), learner=LearnerConfig(batch_size=batch))
@@ -121,8 +125,6 @@ def _recorder(algo, K: int, sender):
 
 def _fresh(nbytes: int) -> bool:
     """Whether a row also measures raw from fresh payloads: frames raw sends without a copy."""
-    import zmq
-
     return nbytes >= zmq.COPY_THRESHOLD
 
 
@@ -131,8 +133,6 @@ def _hwm(nbytes: int) -> int:
 
 
 def _socket(ctx, kind, hwm: int, cap: int):
-    import zmq
-
     s = ctx.socket(kind)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.SNDHWM, hwm)
@@ -193,10 +193,6 @@ def _serve(conn, handlers: dict, cleanup) -> None:
 
 
 def _receiver_main(conn) -> None:
-    import zmq
-
-    from zrl import wire
-
     ctx = zmq.Context()
     state: dict[str, Any] = {"socks": {}}
 
@@ -209,11 +205,10 @@ def _receiver_main(conn) -> None:
         teardown()
         algo = _impala(chunk)
         cap = algo.config.learner.max_message_bytes
-        from zrl.learner.learner import DATA_KINDS
+        from zrl.learner.receiver import DATA_KINDS  # lazy: imports torch, which only the spawned workers need
 
         gate = wire.Gate(cap, DATA_KINDS)  # as the learner builds it
-        gate.set_trajectory_checks(algo.trajectory_schema(algo.config.learner.batch_size), algo.check_values, algo.gate_rules(),
-                                   at_join=algo.join_checks())
+        gate.set_trajectory_schema(algo.trajectory_schema(algo.config.learner.batch_size), leave_to_join=True)
         state.update(gate=gate, frame_bytes=frame_bytes)
         endpoints = {}
         for mode in MODES:
@@ -221,8 +216,6 @@ def _receiver_main(conn) -> None:
             state["socks"][mode] = s
             s.bind("tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{ipc_dir}/{mode}.sock")
             endpoints[mode] = s.getsockopt_string(zmq.LAST_ENDPOINT)
-        from zrl.transport import native_note
-
         return endpoints, native_note()
 
     def window(mode: str, n: int) -> float:
@@ -265,11 +258,6 @@ def _receiver_main(conn) -> None:
 
 
 def _sender_main(conn) -> None:
-    import zmq
-
-    from zrl import transport
-    from zrl.learner.algorithms.base import Sender
-
     ctx = zmq.Context()
     state: dict[str, Any] = {"socks": {}}
 
@@ -289,7 +277,7 @@ def _sender_main(conn) -> None:
             s = _socket(ctx, zmq.PUSH, _hwm(frame_bytes), -1)
             state["socks"][mode] = s
             s.connect(endpoints[mode])
-        pusher = transport.Pusher(state["socks"]["zrl"])
+        pusher = Pusher(state["socks"]["zrl"])
         # The actor's Sender, sending through its link's pusher (actors.actor.LearnerLink).
         sender = Sender(0, link=types.SimpleNamespace(pusher=pusher))
         rec = _recorder(_impala(chunk), chunk.K, sender)
@@ -516,7 +504,7 @@ def run(opts: BenchOptions) -> BenchResult:
         "loop's work and is not counted.",
         "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
         "and the checks its gate makes: final_index's range and marks; finite floats and the action and flag ranges "
-        "are checked by the learner's batch join as it copies each element, Impala.checked_at_join, so the receiver "
+        "are checked by the learner's batch join as it copies each element, the schema's at_join fields, so the receiver "
         "reads only final_index and the truncation flags that its marks compare) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
         "drops each frame.",
         "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "

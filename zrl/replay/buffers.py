@@ -1,7 +1,7 @@
 """The Python faces of zrl._core.PrioritizedReplay and zrl._core.UniformReplay.
 
 They normalise the field declarations, pick a seed, and carry the
-docstrings; every array is checked in C++ (csrc/bindings.cc), where errors
+docstrings; every array is checked in C++ (csrc/python/replay.cc), where errors
 name the argument: `batch['obs']: expected dtype float32, got float64`.
 """
 from __future__ import annotations

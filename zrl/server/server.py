@@ -32,11 +32,12 @@ import numpy as np
 import torch
 import zmq
 
-from zrl import spaces, transport, wire
+from zrl import algorithms, checkpoint, spaces, transport, wire
+from zrl.actors.link import HelloError, HelloProbe, LearnerFinished, LearnerLink, hello_meta
+from zrl.actors.sender import Sender
+from zrl.algorithms.base import Recorder
 from zrl.config import Config
-from zrl.envs import Step
-from zrl.learner import algorithms
-from zrl.learner.algorithms.base import Recorder, Sender
+from zrl.envs import Step, probe_specs
 
 log = logging.getLogger("zrl.server")
 
@@ -83,8 +84,6 @@ def resolve_specs(config: Config) -> tuple[spaces.Spec, spaces.Spec]:
     if sc.observation_space is not None and sc.action_space is not None:
         obs, act = spaces.from_json(sc.observation_space), spaces.from_json(sc.action_space)
     else:
-        from zrl.envs import probe_specs
-
         obs, act = probe_specs(config.env)
         if sc.observation_space is not None:
             obs = spaces.from_json(sc.observation_space)
@@ -163,7 +162,6 @@ class AgentServer:
     def _load_checkpoint(self, path: str) -> None:
         from pathlib import Path
 
-        from zrl import checkpoint
 
         p = Path(path)
         if p.is_dir():
@@ -183,8 +181,6 @@ class AgentServer:
     # ------------------------------------------------------------------ learner side
 
     def _connect_learner(self) -> bool:
-        from zrl.actors.actor import LearnerLink, hello_meta
-
         meta = hello_meta(self.config, "server", self.sc.index, self.obs_spec, self.action_spec, 1)
         self.link = LearnerLink(
             # The server pushes chunks of many clients in bursts: a deeper high-water mark than an actor's.
@@ -238,8 +234,6 @@ class AgentServer:
         if self._stuck_since is None:
             self._stuck_since = now
         elif now - self._stuck_since >= self.link.timeout_s:
-            from zrl.actors.actor import HelloProbe
-
             self._probe = HelloProbe(self.link)
 
     # ------------------------------------------------------------------ requests
@@ -444,7 +438,6 @@ class AgentServer:
 
     def run(self, max_seconds: float | None = None) -> ServerStats:
         """Serves until stopped (or the learner shuts down); returns the counters."""
-        from zrl.actors.actor import HelloError, LearnerFinished
 
         try:
             if self.learner_endpoint is not None and not self._connect_learner():

@@ -26,9 +26,10 @@ import numpy as np
 import torch
 
 from zrl import spaces, wire
-from zrl.config import ApexDQNConfig, Config
+from zrl.algorithms.apex_dqn import ApexDQNConfig
+from zrl.algorithms.base import Algorithm, Policy, Recorder
+from zrl.config import Config
 from zrl.envs import Step
-from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, Sender
 from zrl.models import QNetwork
 from zrl.replay import PrioritizedReplay
 
@@ -73,7 +74,7 @@ class ApexRecorder(Recorder):
     scores next observations with the acting network when it sends.
     """
 
-    def __init__(self, algo: "ApexDQN", model: QNetwork, num_envs: int, sender: Sender):
+    def __init__(self, algo: "ApexDQN", model: QNetwork, num_envs: int, sender):
         self.model = model
         self.hp = algo.hp
         self.sender = sender
@@ -215,7 +216,6 @@ class HostPriorities:
 
 class ApexDQN(Algorithm):
     name = "apex_dqn"
-    uses_replay = True
 
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         super().__init__(config, obs_spec, action_spec)
@@ -242,11 +242,11 @@ class ApexDQN(Algorithm):
         return wire.Schema(
             [
                 F("obs", obs_dtype, ("N", *obs_shape)),
-                F("action", np.int64, ("N",)),
+                F("action", np.int64, ("N",), bound=self.action_spec.n),
                 F("reward", np.float32, ("N",)),
-                F("discount", np.float32, ("N",)),
+                F("discount", np.float32, ("N",), low=0.0, high=1.0),
                 F("next_obs", obs_dtype, ("N", *obs_shape)),
-                F("priority", np.float32, ("N",)),
+                F("priority", np.float32, ("N",), low=0.0, low_open=True),
             ],
             bounds={"N": (1, self.hp.max_transitions_per_message + self.hp.n_step * max(1, self.config.actor.num_envs))},
         )
@@ -264,17 +264,6 @@ class ApexDQN(Algorithm):
     # -- learner: replay
     def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
         return bindings["N"]
-
-    def check_values(self, msg: wire.Message, bindings: dict[str, int]) -> None:
-        a = msg.arrays
-        if a["action"].min() < 0 or a["action"].max() >= self.action_spec.n:
-            raise wire.WireError(wire.Reason.BAD_VALUE, f"action outside [0, {self.action_spec.n})")
-        p = a["priority"]
-        if not (np.all(np.isfinite(p)) and p.min() > 0):
-            raise wire.WireError(wire.Reason.BAD_VALUE, "priorities must be finite and > 0")
-        d = a["discount"]
-        if not (np.all(np.isfinite(d)) and d.min() >= 0 and d.max() <= 1) or not np.all(np.isfinite(a["reward"])):
-            raise wire.WireError(wire.Reason.BAD_VALUE, "discounts must be in [0, 1] and rewards finite")
 
     def _ensure_replay(self) -> PrioritizedReplay:
         if self.replay is not None:

@@ -14,16 +14,15 @@ minimises  -mean(pg_adv * log pi) + baseline_cost * 0.5 * mean((vs - V)^2)
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
 from zrl import _core, spaces, wire
-from zrl.config import Config, ImpalaConfig
+from zrl.algorithms.base import Algorithm, Policy, Recorder, RejectedChunks
+from zrl.algorithms.impala import ImpalaConfig
+from zrl.config import Config
 from zrl.envs import Step
-from zrl.learner.algorithms.base import Algorithm, Policy, Recorder, RejectedChunks, Sender
-from zrl.learner.vtrace import from_importance_weights
+from zrl.algorithms.vtrace import from_importance_weights
 from zrl.models import ActorCritic, build_actor_critic
 
 
@@ -94,7 +93,7 @@ class ImpalaEvalPolicy(ImpalaPolicy):
 class ImpalaRecorder(Recorder):
     """Writes T steps x K envs straight into a trajectory frame (no copy at send)."""
 
-    def __init__(self, algo: "Impala", num_envs: int, sender: Sender):
+    def __init__(self, algo: "Impala", num_envs: int, sender):
         self.sender = sender
         self.T = algo.config.actor.unroll_length
         self.K = num_envs
@@ -120,8 +119,6 @@ class ImpalaRecorder(Recorder):
         self.cuts: list[wire.Cut | None] = [None] * (K + 1)
         self.cut0 = self.cuts[0] = self.layout.cut({"final_index": 0, "final_obs": 0})  # (the usual one)
         self.msg = self.layout.allocate()
-        self._bootstrap: tuple = (None, None)  # (msg, its row_copier for obs[0] <- obs[T])
-        self._direct: tuple | None = None  # end_chunk's one-call path for msg (_direct_path)
         self.t = 0
         self.finals: list[tuple[int, np.ndarray]] = []
         self.chunk_version = 0
@@ -159,33 +156,12 @@ class ImpalaRecorder(Recorder):
         last observation. Returns the frame for the caller to send, if the sender did
         not send it already."""
         msg = self.msg
-        d = self._direct
-        if d is not None and d[0] is msg and not self.finals and self.sender.link.pusher is d[1] and not d[2].closed:
-            # The usual boundary of a small chunk through a C++ pusher: one call sends the
-            # frame (copied) and then writes the next chunk's bootstrap row in it.
-            _, pusher, _, send_frame, address, total, to, frm, n = d
-            sender = self.sender
-            seq = sender.seq = sender.seq + 1
-            buf = msg.buffer  # (not kept in d: a reference to it would count against msg.reusable)
-            err = send_frame(address, buf, total, seq, self.chunk_version, False, to, frm, n)
-            if err == 0:
-                self.t = 0
-                self.chunk_version = self.policy_version
-                return []
-            frame = pusher._retry(msg, buf, err, seq, self.chunk_version, False)  # (no row copied)
+        carry = ("obs", 0, self.T)  # the next chunk's first observation is this one's last
+        if len(self.finals) > self.K:
+            frame, carried = self._encode_copy(), self.sender.carry_row(msg, carry)
         else:
-            frame = self._finish() if self.finals else self.sender.finish(msg, self.chunk_version, self.cut0)  # None: sent
-        self._direct = None
-        if msg.reusable():
-            # Gone already (a small frame goes out copied): the next chunk is written in
-            # place, its bootstrap row one copy within the frame.
-            if self._bootstrap[0] is not msg:
-                self._bootstrap = (msg, msg.row_copier("obs", 0, self.T))
-            to, last = self._bootstrap[1]
-            to[:] = last
-            if frame is None and msg._sealed is self.cut0 and msg.send_buffer is None:
-                self._direct = self._direct_path(msg)
-        else:
+            frame, carried = self.sender.send_and_carry(msg, self.chunk_version, self._final_rows(), carry)
+        if not carried:
             self.msg = self.layout.allocate()
             self.msg.arrays["obs"][0] = msg.arrays["obs"][self.T]
         self.t = 0
@@ -194,32 +170,26 @@ class ImpalaRecorder(Recorder):
         self.chunk_version = self.policy_version
         return [] if frame is None else [frame]
 
-    def _direct_path(self, msg: wire.OutMessage) -> tuple | None:
-        """What end_chunk needs to send `msg` (sent copied just now, cut to no final rows)
-        again in one C++ call, or None where the sender has no C++ pusher."""
-        link = self.sender.link
-        pusher = link.pusher if link is not None else None
-        if pusher is None or pusher._send_frame is None or pusher.sock.closed:
-            return None
-        return (msg, pusher, pusher.sock, pusher._send_frame, pusher.address, msg._total,
-                *msg.layout.row_span("obs", 0, self.T))
-
     def obs_buffer(self) -> np.ndarray:
         self._next_obs = self.msg.arrays["obs"][self.t + 1]
         return self._next_obs
 
-    def _finish(self):
+    def _final_rows(self) -> wire.Cut:
+        """Writes the truncated episodes' final observations into the frame; the cut that sends them."""
         m = len(self.finals)
-        if m <= self.K:
-            a = self.msg.arrays
-            for i, (idx, o) in enumerate(self.finals):
-                a["final_index"][i] = idx
-                a["final_obs"][i] = o
-            cut = self.cuts[m]
-            if cut is None:
-                cut = self.cuts[m] = self.layout.cut({"final_index": m, "final_obs": m})
-            return self.sender.finish(self.msg, self.chunk_version, rows=cut)
-        # More truncations than the in-place capacity (very short episodes): copy once.
+        if not m:
+            return self.cut0
+        a = self.msg.arrays
+        for i, (idx, o) in enumerate(self.finals):
+            a["final_index"][i] = idx
+            a["final_obs"][i] = o
+        cut = self.cuts[m]
+        if cut is None:
+            cut = self.cuts[m] = self.layout.cut({"final_index": m, "final_obs": m})
+        return cut
+
+    def _encode_copy(self):
+        """More truncations than the frame holds (very short episodes): the chunk copied once."""
         arrays = {name: self.msg.arrays[name] for name, _, _ in self.fields[:-2]}
         arrays["final_index"] = np.array([i for i, _ in self.finals], np.int32)
         arrays["final_obs"] = np.stack([o for _, o in self.finals])
@@ -228,42 +198,49 @@ class ImpalaRecorder(Recorder):
 
 class Impala(Algorithm):
     name = "impala"
-    uses_replay = False
-    # collate joins all of these; final_index (a few entries) keeps its bound at the gate,
-    # with the marks that tie it to truncated and terminated.
-    checked_at_join = frozenset({"obs", "action", "reward", "terminated", "truncated", "behaviour_logp",
-                                 "core_h0", "core_c0", "final_obs"})
-
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         super().__init__(config, obs_spec, action_spec)
         if not isinstance(config.algo, ImpalaConfig):
             raise ValueError("Impala needs an ImpalaConfig in config.algo")
         self.hp: ImpalaConfig = config.algo
+        self._joined_schema: wire.Schema | None = None  # the rules collate checks
 
     def build_model(self) -> ActorCritic:
         return build_actor_critic(self.config.model, self.obs_spec, self.action_spec)
 
     def trajectory_schema(self, max_columns: int) -> wire.Schema:
+        """collate joins every field but final_index (a few entries), which keeps its bound at
+        the gate, with the mark that ties it to truncated and terminated: it names each
+        truncated step once, in order (t * K + k), and no truncated step is also terminated,
+        so the loss bootstraps from a final observation exactly there. Bounds are unsigned,
+        so they check both ends: a negative index or action reads as a huge one."""
         obs_shape = tuple(self.obs_spec.shape)
         obs_dtype = np.dtype(self.obs_spec.dtype)
         act_dtype, act_shape = _action_layout(self.action_spec)
+        n_actions = self.action_spec.n if isinstance(self.action_spec, spaces.DiscreteSpec) else None
         F = wire.Field
         T = self.config.actor.unroll_length
         return wire.Schema(
             [
-                F("obs", obs_dtype, ("T+1", "K", *obs_shape)),
-                F("action", act_dtype, ("T", "K", *act_shape)),
-                F("reward", np.float32, ("T", "K")),
-                F("terminated", np.bool_, ("T", "K")),
-                F("truncated", np.bool_, ("T", "K")),
-                F("behaviour_logp", np.float32, ("T", "K")),
-                *(F(name, dt, ("K", *shape[1:])) for name, dt, shape in _core_fields(self, 1)),
-                F("final_index", np.int32, ("M",)),
-                F("final_obs", obs_dtype, ("M", *obs_shape)),
+                F("obs", obs_dtype, ("T+1", "K", *obs_shape), at_join=True),
+                F("action", act_dtype, ("T", "K", *act_shape), bound=n_actions, at_join=True),
+                F("reward", np.float32, ("T", "K"), at_join=True),
+                F("terminated", np.bool_, ("T", "K"), bound=2, at_join=True),  # flags 0 or 1
+                F("truncated", np.bool_, ("T", "K"), bound=2, at_join=True),
+                F("behaviour_logp", np.float32, ("T", "K"), at_join=True),
+                *(F(name, dt, ("K", *shape[1:]), at_join=True) for name, dt, shape in _core_fields(self, 1)),
+                F("final_index", np.int32, ("M",), bound="T*K"),
+                F("final_obs", obs_dtype, ("M", *obs_shape), at_join=True),
             ],
             fixed={"T": T},
             bounds={"K": (1, max_columns), "M": (0, T * max_columns)},
+            marks=[wire.Mark("final_index", "truncated", "terminated")],
         )
+
+    def _schema(self) -> wire.Schema:
+        if self._joined_schema is None:
+            self._joined_schema = self.trajectory_schema(self.config.learner.batch_size)
+        return self._joined_schema
 
     def make_policy(self, model, *, actor_index, num_actors, seed) -> ImpalaPolicy:
         return ImpalaPolicy(model)
@@ -281,26 +258,13 @@ class Impala(Algorithm):
     def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:
         return bindings["T"] * bindings["K"]
 
-    def value_bounds(self, bindings: dict[str, int]) -> dict[str, int]:
-        """What check_values (the base class's) checks, and the learner's C++ gate with it.
-        Unsigned bounds check both ends: a negative index or action reads as a huge one."""
-        bounds = {"final_index": bindings["T"] * bindings["K"], "terminated": 2, "truncated": 2}  # flags 0 or 1
-        if isinstance(self.action_spec, spaces.DiscreteSpec):
-            bounds["action"] = self.action_spec.n
-        return bounds
-
-    def value_marks(self, bindings: dict[str, int]) -> list[tuple[str, str, str]]:
-        """final_index names each truncated step once, in order (t * K + k), and no truncated
-        step is also terminated: the loss bootstraps from a final observation exactly there."""
-        return [("final_index", "truncated", "terminated")]
-
     def collate(self, msgs: list[wire.Message], device: torch.device) -> dict[str, torch.Tensor]:
-        """The batch of these chunks on device. Every element of the `checked_at_join` arrays
+        """The batch of these chunks on device. Every element of the schema's `at_join` fields
         is checked as it is copied (finite floats, the action and flag bounds); chunks that
         break a rule raise RejectedChunks, whatever the gate checked before."""
         arrays = [m.arrays for m in msgs]
         obs0 = arrays[0]["obs"]
-        bounds = self.value_bounds({"T": obs0.shape[0] - 1, "K": obs0.shape[1]})
+        bounds = self._schema().element_bounds({"T": obs0.shape[0] - 1, "K": obs0.shape[1]})
         errors: dict[int, wire.WireError] = {}
 
         def join(name: str, axis: int, owners: list[int] | None = None) -> torch.Tensor:

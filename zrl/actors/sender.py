@@ -1,0 +1,86 @@
+"""Sender: frames an actor's messages and sends them on the actor's link to the learner.
+
+A recorder (an algorithm's) fills a message in place and hands it here; the
+Sender stamps it with the actor's sender id and a running sequence number and
+sends it through the link's current `Pusher` if it can go without waiting.
+`send_and_carry` is the chunk boundary of a recorder that reuses one frame:
+it sends the chunk and copies its last observation row to the first row of
+the next chunk, in one C++ call where the pusher has the native path.
+Algorithms reach sockets only through this class.
+"""
+from __future__ import annotations
+
+from zrl import wire
+
+
+class Sender:
+    """Frames an actor's messages: its sender id and a running sequence number.
+
+    With a `link` (the actor's LearnerLink, or anything whose `pusher` is a
+    transport.Pusher), `finish` also sends the message through the link's current
+    pusher if it can go without waiting, and then returns None; else it returns
+    the frame, for the caller to send (and wait, or drop) as any other.
+    """
+
+    def __init__(self, sender_id: int, link=None):
+        self.sender_id = sender_id
+        self.seq = 0
+        self.link = link
+        self._direct: tuple | None = None  # send_and_carry's one-call path for the last message sent
+        self._copier: tuple = (None, None, None)  # (msg, carry, its row copier)
+
+    def finish(self, msg: wire.OutMessage, policy_version: int, rows: "wire.Cut | dict[str, int] | None" = None):
+        self.seq += 1
+        if self.link is not None:
+            return self.link.pusher.send(msg, self.sender_id, self.seq, policy_version, rows)
+        return msg.finish(sender_id=self.sender_id, seq=self.seq, policy_version=policy_version, rows=rows)
+
+    def encode(self, kind: wire.Kind, arrays, policy_version: int, meta=None) -> bytearray:
+        self.seq += 1
+        return wire.encode(kind, arrays, meta, sender_id=self.sender_id, seq=self.seq, policy_version=policy_version)
+
+    def send_and_carry(self, msg: wire.OutMessage, policy_version: int, rows: wire.Cut, carry: tuple[str, int, int]):
+        """Sends `msg` cut to `rows` as `finish` does, then, if its frame is free again (a small
+        frame goes out copied), copies row carry[2] of array carry[0] to row carry[1] in it, so
+        the caller writes its next message in place. Returns (the frame left for the caller to
+        send or None, whether the row was carried: if not, `msg` is still held and the caller
+        needs another). The usual boundary of a small chunk through a C++ pusher is one call."""
+        d = self._direct
+        if d is not None and d[0] is msg and d[1] is rows and self.link.pusher is d[2] and not d[3].closed:
+            _, _, pusher, _, send_frame, address, total, to, frm, n = d
+            seq = self.seq = self.seq + 1
+            buf = msg.buffer  # (not kept in d: a reference to it would count against msg.reusable)
+            err = send_frame(address, buf, total, seq, policy_version, False, to, frm, n)
+            if err == 0:
+                return None, True
+            frame = pusher._retry(msg, buf, err, seq, policy_version, False)  # (no row copied)
+        else:
+            frame = self.finish(msg, policy_version, rows)
+        self._direct = None
+        if not self.carry_row(msg, carry):
+            return frame, False
+        if frame is None and msg._sealed is rows and msg.send_buffer is None:
+            self._direct = self._direct_path(msg, rows, carry)
+        return frame, True
+
+    def carry_row(self, msg: wire.OutMessage, carry: tuple[str, int, int]) -> bool:
+        """Copies row carry[2] of array carry[0] to row carry[1] within msg's frame, if nothing
+        holds the frame any more; returns whether it did."""
+        if not msg.reusable():
+            return False
+        held, held_carry, copier = self._copier
+        if held is not msg or held_carry != carry:
+            copier = msg.row_copier(*carry)
+            self._copier = (msg, carry, copier)
+        to, last = copier
+        to[:] = last
+        return True
+
+    def _direct_path(self, msg: wire.OutMessage, rows: wire.Cut, carry: tuple[str, int, int]) -> tuple | None:
+        """What send_and_carry needs to send `msg` (sent copied just now, cut to `rows`) again
+        in one C++ call, or None where the link has no C++ pusher."""
+        pusher = self.link.pusher if self.link is not None else None
+        if pusher is None or pusher._send_frame is None or pusher.sock.closed:
+            return None
+        return (msg, rows, pusher, pusher.sock, pusher._send_frame, pusher.address, msg._total,
+                *msg.layout.row_span(*carry))

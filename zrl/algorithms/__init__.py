@@ -1,0 +1,52 @@
+"""The algorithm registry: `algo.name` -> an algorithm's config and implementation.
+
+Each algorithm is a package here. Its `__init__.py` defines the hyper-parameter
+dataclass and binds it to `CONFIG` (light: no torch, so that config.py can
+validate a config and `zrl --help` stays fast); its `algorithm.py` defines
+`ALGORITHM`, the `zrl.algorithms.base.Algorithm` subclass, imported only when
+a process builds the algorithm. The registry finds the packages by listing
+this one, so adding an algorithm adds a package and touches nothing else. The
+name is the config's default `name`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+
+_CONFIGS: dict[str, type] = {}
+
+
+def _discover() -> dict[str, type]:
+    if not _CONFIGS:
+        for info in pkgutil.iter_modules(__path__):
+            if not info.ispkg:
+                continue
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            config = getattr(module, "CONFIG", None)
+            if config is None:
+                continue
+            name = {f.name: f.default for f in dataclasses.fields(config)}["name"]
+            if name != info.name:
+                raise RuntimeError(f"zrl.algorithms.{info.name}: CONFIG's name is {name!r}; it must be the package's name")
+            _CONFIGS[name] = config
+    return _CONFIGS
+
+
+def names() -> list[str]:
+    """The registered algorithms' names, sorted."""
+    return sorted(_discover())
+
+
+def config_class(name: str) -> type:
+    """The hyper-parameter dataclass of algorithm `name` (ValueError naming the known ones)."""
+    configs = _discover()
+    if name not in configs:
+        raise ValueError(f"unknown algorithm {name!r} (known: {sorted(configs)})")
+    return configs[name]
+
+
+def get(name: str) -> type:
+    """The Algorithm class of `name` (imports its implementation, and with it torch)."""
+    config_class(name)
+    return importlib.import_module(f"{__name__}.{name}.algorithm").ALGORITHM

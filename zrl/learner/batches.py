@@ -1,0 +1,155 @@
+"""Where the training loop's batches come from: the algorithm's batch source.
+
+`StreamBatches` (batch_source "stream"): the receiver puts checked chunks into a
+bounded queue; the loop takes chunks until they fill `learner.batch_size`
+columns and joins them with the algorithm's `collate`, which checks every
+value as it copies it. A chunk that fails there is counted, dropped and taken
+off the env-step count, and its batch mates go back to the front for the next
+batch. With `learner.prefetch_batches` a thread of its own joins batches ahead.
+
+`ReplayBatches` (batch_source "replay"): the receiver hands chunks to the
+algorithm's replay (`ingest`); the loop draws batches from it (`sample`).
+
+Both give `next(stop_check, idle) -> (batch, policy versions) | None`.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from typing import Callable
+
+import torch
+
+from zrl.algorithms.base import Algorithm, RejectedChunks
+from zrl.learner.prefetch import Prefetcher
+from zrl.learner.progress import Progress
+
+Batch = tuple[dict, object]  # (the batch on the learner's device, its chunks' policy versions)
+
+
+class StreamBatches:
+    queued = True  # the receiver puts chunks into `queue`
+
+    def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, queue_size: int, batch_size: int):
+        self.algo = algo
+        self.device = device
+        self.progress = progress
+        self.batch_size = batch_size
+        self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.leftover: list = []  # chunks put back: a batch's overflow, or the mates of a rejected chunk
+        self.prefetcher: Prefetcher | None = None
+
+    def start_prefetch(self, depth: int) -> None:
+        """Joins batches on a thread of their own, up to `depth` ahead (0: in the loop)."""
+        if depth:
+            self.prefetcher = Prefetcher(self._prefetched, depth)
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            self.prefetcher = None
+
+    def room(self) -> int:
+        """Chunks the queue has room for now (at least 1: the receiver waits for it)."""
+        return max(1, self.queue.maxsize - self.queue.qsize())
+
+    def fill(self) -> tuple[int, int]:
+        return self.queue.qsize(), self.queue.maxsize
+
+    def next(self, stop_check: Callable[[], bool], idle: Callable[[], None]) -> Batch | None:
+        if self.prefetcher is not None:
+            got = self.prefetcher.get(0.05)
+            if got is None:
+                idle()
+            return got
+        items = self.take(stop_check, idle)
+        if items is None:
+            return None
+        batch = self.collate(items)
+        return None if batch is None else (batch, [m.policy_version for m, _ in items])
+
+    def take(self, stop_check: Callable[[], bool], idle: Callable[[], None]) -> list | None:
+        """Chunks that fill the batch's columns (put-back chunks first), or None when
+        stop_check() said so while waiting."""
+        B = self.batch_size
+        items, cols = [], 0
+        pending, self.leftover = self.leftover, []
+        for j, item in enumerate(pending):
+            c = self.algo.columns(*item)
+            if items and cols + c > B:
+                self.leftover = pending[j:]
+                return items
+            items.append(item)
+            cols += c
+        while cols < B:
+            try:
+                item = self.queue.get(timeout=0.05)
+            except queue.Empty:
+                if stop_check():
+                    return None
+                idle()
+                continue
+            c = self.algo.columns(*item)
+            if cols + c > B:
+                self.leftover.append(item)
+                break
+            items.append(item)
+            cols += c
+        return items
+
+    def collate(self, items: list) -> dict | None:
+        """The batch of these chunks, or None when some broke a rule checked as they were
+        joined (the schema's `at_join` fields): those are counted as rejected and dropped, and
+        the rest go back to the front of the queue for the next batch."""
+        try:
+            return self.algo.collate([m for m, _ in items], self.device)
+        except RejectedChunks as e:
+            for err in e.errors.values():
+                self.progress.reject(err.reason.value, err.detail)
+            with self.progress.lock:  # counted on receipt; a chunk rejected here was no env step trained on
+                self.progress.env_steps -= sum(self.algo.env_steps(*items[i]) for i in e.errors)
+            self.leftover = [item for i, item in enumerate(items) if i not in e.errors] + self.leftover
+            return None
+
+    def _prefetched(self, stop: threading.Event) -> Batch | None:
+        """For the Prefetcher's thread, which alone takes from the queue then."""
+        items = self.take(stop.is_set, lambda: None)
+        if items is None:
+            return None
+        # (A thread starts on the current device, cuda:0.)
+        with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
+            batch = self.collate(items)
+        return None if batch is None else (batch, [m.policy_version for m, _ in items])
+
+
+class ReplayBatches:
+    queued = False  # the receiver hands chunks to `take_chunk`
+
+    def __init__(self, algo: Algorithm, device: torch.device, stop: threading.Event):
+        self.algo = algo
+        self.device = device
+        self.stop = stop
+
+    def start_prefetch(self, depth: int) -> None:
+        """A replay learner samples in line."""
+
+    def close(self) -> None:
+        pass
+
+    def room(self) -> int:
+        return 64
+
+    def fill(self) -> tuple[int, int]:
+        return 0, 0
+
+    def take_chunk(self, msg, bindings) -> None:
+        self.algo.ingest(msg, bindings)
+
+    def next(self, stop_check: Callable[[], bool], idle: Callable[[], None]) -> Batch | None:
+        batch = self.algo.sample(self.device)
+        if batch is None:  # replay not warm yet: wait for the receiver to fill it
+            idle()
+            self.stop.wait(0.005)
+            return None
+        return batch, batch.pop("_policy_version", None)

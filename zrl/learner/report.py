@@ -1,0 +1,81 @@
+"""The learner's progress as people and tools read it: a console line and TensorBoard scalars.
+
+`Report.training` logs a stretch of training (the console line keeps its
+`steps N` field, which tools read); `Report.waiting` says what the learner waits
+for while no update runs.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from zrl.learner.progress import Progress, StatsSum
+from zrl.metrics import MetricsWriter, Rate
+
+
+class Report:
+    def __init__(self, progress: Progress, metrics: MetricsWriter, queue_fill: Callable[[], tuple[int, int]]):
+        self.progress = progress
+        self.metrics = metrics
+        self.queue_fill = queue_fill  # () -> (chunks queued, queue size)
+
+    def training(self, elapsed: float, env_rate: Rate, sample_rate: Rate, samples: int, wait_frac: float, stats: StatsSum) -> None:
+        s = self.progress.snapshot()
+        env_steps = s["env_steps"]
+        fps = env_rate.read(env_steps)
+        queued, size = self.queue_fill()
+        scalars = stats.means()
+        scalars.update({
+            "perf/env_steps_per_s": fps,
+            "perf/learner_samples_per_s": sample_rate.read(samples),
+            "perf/wait_for_data_frac": wait_frac,
+            "perf/queue_depth": queued,
+            "actors/connected": s["connected"],
+            "policy_lag/mean": s["lag_mean"],
+            "policy_lag/max": s["lag_max"],
+            "episode/return": s["mean_return"],
+            "eval/return": s["eval_return"],
+            "episode/length": s["mean_length"],
+            "episode/count": s["episodes"],
+            "updates": s["updates"],
+        })
+        scalars.update({f"rejected/{k}": float(v) for k, v in s["rejected"].items()})
+        scalars.update({f"custom/{k}": v for k, v in s["custom"].items()})
+        self.metrics.scalars(scalars, env_steps)
+        self.metrics.line(
+            f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} steps/s  updates {s['updates']:,}  return {self._returns(s)}  "
+            f"lag {self._lag(s)}  queue {queued}/{size}  actors {s['connected']}" + self._rejected(s) + self._backpressure(s)
+        )
+
+    def waiting(self, elapsed: float, what: str | None) -> None:
+        p = self.progress
+        with p.lock:
+            env_steps, updates, rejected = p.env_steps, p.updates, sum(p.rejected.values())
+            connected = p.connected(time.monotonic())
+        queued, size = self.queue_fill()
+        self.metrics.line(
+            f"{elapsed:6.1f}s  steps {env_steps:,}  updates {updates:,}  waiting for {what or 'data'}  "
+            f"queue {queued}/{size}  actors {connected}" + (f"  rejected {rejected}" if rejected else "")
+        )
+
+    def _returns(self, s: dict) -> str:
+        ret = f"{s['mean_return']:.1f} ({s['n_returns']} eps)" if s["mean_return"] is not None else "-"
+        if self.progress.return_source == "eval":
+            ret += f"  eval {s['eval_return']:.1f} ({s['n_eval']} eps)" if s["eval_return"] is not None else "  eval -"
+        return ret
+
+    @staticmethod
+    def _lag(s: dict) -> str:
+        return f"{s['lag_mean']:.1f}/{s['lag_max']}" if s["lag_mean"] is not None else "-"
+
+    @staticmethod
+    def _rejected(s: dict) -> str:
+        n = sum(s["rejected"].values())
+        return f"  rejected {n}" if n else ""
+
+    @staticmethod
+    def _backpressure(s: dict) -> str:
+        custom = s["custom"]
+        blocked = sum(v for k, v in custom.items() if k.endswith("/blocked_s"))
+        dropped = sum(v for k, v in custom.items() if k.endswith("/dropped_chunks"))
+        return f"  backpressure: blocked {blocked:.1f}s dropped {dropped:,.0f}" if blocked >= 0.5 or dropped else ""

@@ -1,0 +1,108 @@
+"""Checkpoints of a learner: written atomically, and read back by `--resume`.
+
+`find_resume` reads the newest checkpoint of a run and says what changed since
+(a checkpoint of another model is refused, naming the difference);
+`restore` puts it into a freshly set-up algorithm and the run's progress;
+`Checkpoints.save` writes one. A fresh run moves an earlier run's checkpoints
+aside before its first save, so `--resume`, `zrl eval` and `zrl serve` never
+pick up another run's weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from zrl import checkpoint, spaces
+from zrl.algorithms.base import Algorithm
+from zrl.config import Config
+from zrl.learner.progress import Progress
+
+
+@dataclass
+class ResumeState:
+    path: Path
+    state: dict[str, Any]
+
+    def specs(self) -> tuple[spaces.Spec, spaces.Spec]:
+        return spaces.from_json(self.state["obs_spec"]), spaces.from_json(self.state["action_spec"])
+
+
+def find_resume(config: Config, ckdir: Path | None, say: Callable[[str], None]) -> ResumeState | None:
+    """The newest checkpoint in ckdir, checked against this config; None when there is none."""
+    if ckdir is None:
+        raise ValueError("--resume needs a logdir")
+    found = checkpoint.load_latest(ckdir)
+    if found is None:
+        say(f"no checkpoint in {ckdir}; starting fresh")
+        return None
+    path, state = found
+    obs, act = state.get("obs_spec"), state.get("action_spec")
+    checkpoint.check_compatible(path, state, config.model_hash(obs, act), config.model_shaping(obs, act))
+    for key, theirs, ours in checkpoint.algo_changes(state, config):
+        say(f"warning: {path} was trained with algo.{key} {theirs!r}, this config has {ours!r}")
+    trained_on = state["config"].get("env", {}).get("id")
+    if trained_on != config.env.id:  # (allowed: another version of the same env, say)
+        say(f"warning: {path} was trained on env.id {trained_on!r}, this config has {config.env.id!r}; "
+            "actors whose observations or actions differ from the checkpoint's will be refused")
+    if checkpoint.optimizer_of(state) == config.learner.optimizer:
+        for key, theirs, ours in checkpoint.optimizer_changes(state, config):
+            say(f"{path} was trained with learner.{key} {theirs!r}; resuming with this config's {ours!r}")
+    return ResumeState(path, state)
+
+
+def restore(resume: ResumeState, algo: Algorithm, progress: Progress, say: Callable[[str], None]) -> float:
+    """Loads the checkpoint into `algo` (set up) and `progress`; returns the training seconds it had."""
+    st, lc = resume.state, algo.config.learner
+    theirs = checkpoint.optimizer_of(st)
+    try:
+        algo.restore(st, optimizer_matches=theirs == lc.optimizer)
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise checkpoint.CheckpointError(f"{resume.path}: does not fit the model: {e}") from None
+    if theirs != lc.optimizer:
+        say(f"warning: {resume.path} was trained with learner.optimizer {theirs}, this config "
+            f"has {lc.optimizer}: the optimiser starts afresh (the model's weights carry over)")
+    c = st["counters"]
+    progress.restore(c)
+    say(f"resumed from {resume.path} at update {progress.updates}, env step {progress.env_steps}")
+    returns, window, target = progress.target_returns(), algo.config.run.return_window, progress.stop_at_return
+    if target is not None and len(returns) >= window and np.mean(returns) >= target:
+        say(f"note: the resumed run's last {window} returns (mean {np.mean(returns):.1f}) already reach the target "
+            f"{target:g}, so it stops at once; raise --stop-at-return (run.stop_at_return) to train on")
+    return float(c.get("train_seconds", 0.0))
+
+
+class Checkpoints:
+    """Saves the learner's state into `ckdir`, keeping `learner.keep_checkpoints`."""
+
+    def __init__(self, config: Config, ckdir: Path | None, resumed: bool, say: Callable[[str], None]):
+        self.config = config
+        self.ckdir = ckdir
+        self.resumed = resumed
+        self.say = say
+        self._claimed = False  # a fresh run moves an earlier run's checkpoints aside before its first save
+
+    def save(self, algo: Algorithm, progress: Progress, specs: tuple[spaces.Spec, spaces.Spec], train_seconds: float) -> Path | None:
+        if self.ckdir is None or algo is None or algo.model is None:
+            return None
+        if not self.resumed and progress.updates == 0:
+            return None  # a fresh run that has not trained: nothing worth keeping, and nothing moved aside
+        if not self.resumed and not self._claimed:
+            moved = checkpoint.set_aside(self.ckdir)
+            if moved is not None:
+                self.say(f"{self.ckdir} held an earlier run's checkpoints; moved them to {moved} (use --resume to continue a run)")
+            self._claimed = True
+        obs, act = specs[0].to_json(), specs[1].to_json()
+        counters = {**progress.counters(), "train_seconds": train_seconds}
+        state = {
+            "model_hash": self.config.model_hash(obs, act),
+            "model_shaping": self.config.model_shaping(obs, act),
+            "config": self.config.to_dict(),
+            "obs_spec": obs,
+            "action_spec": act,
+            **algo.checkpoint_state(),
+            "counters": counters,
+        }
+        return checkpoint.save(self.ckdir, counters["updates"], state, self.config.learner.keep_checkpoints)
