@@ -12,7 +12,7 @@ import torch
 from zrl import spaces, wire
 from zrl.actors.actor import LearnerLink
 from zrl.config import ConfigError, load_config
-from zrl.learner import algorithms
+from zrl import algorithms
 from conftest import small_config, wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,11 +11,12 @@ import zmq
 from zrl import checkpoint, spaces, wire
 from zrl.config import load_config
 from zrl.envs import Step
-from zrl.learner import algorithms
-from zrl.learner.algorithms import apex_dqn
-from zrl.learner.algorithms.apex_dqn import actor_epsilon
+from zrl import algorithms
+from zrl.algorithms.apex_dqn import algorithm as apex_dqn
+from zrl.algorithms.apex_dqn.algorithm import actor_epsilon
 from zrl.actors.actor import hello_meta, say_hello
-from zrl.learner.algorithms.base import Sender
+from zrl.actors.sender import Sender
+from zrl.learner.report import Report
 from zrl.replay import PrioritizedReplay
 from conftest import ROOT, Running, wait_for
 
@@ -286,9 +287,10 @@ def test_a_warming_learner_keeps_actors_from_asking_again_and_says_what_it_waits
     cfg = apex_config("algo.min_replay_size=100000", "algo.replay_capacity=100000", "actor.learner_timeout_s=1")
     learner, _ = make_learner(cfg, start=False)
     hellos, beats = [], []
-    on_hello, send_weights = learner._on_hello, learner._send_weights
-    learner._on_hello = lambda msg: hellos.append(msg) or on_hello(msg)
-    learner._send_weights = lambda frame: beats.append(frame) or send_weights(frame)
+    handshake, publisher = learner.receiver.handshake, learner.publisher
+    on_hello, send_weights = handshake.answer, publisher.send
+    handshake.answer = lambda msg: hellos.append(msg) or on_hello(msg)
+    publisher.send = lambda frame: beats.append(frame) or send_weights(frame)
     runner = Running(learner.run, "learner")
     try:
         make_actor(cfg)
@@ -299,7 +301,7 @@ def test_a_warming_learner_keeps_actors_from_asking_again_and_says_what_it_waits
         assert learner.updates == 0 and len(hellos) == connected
         assert {wire.decode(b).policy_version for b in beats} == {0}
         lines = []
-        learner._log_waiting(SimpleNamespace(line=lines.append), 1.0)
+        Report(learner.progress, SimpleNamespace(line=lines.append), learner.source.fill).waiting(1.0, learner.algo.waiting_for())
         n = len(learner.algo.replay)
         assert 0 < n < 100_000 and "waiting for replay" in lines[0] and "/100,000 transitions (algo.min_replay_size)" in lines[0]
         assert "actors 1" in lines[0]

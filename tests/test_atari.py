@@ -14,7 +14,7 @@ from zrl import spaces  # noqa: E402
 from zrl.config import EnvConfig, ModelConfig, load_config  # noqa: E402
 from zrl.envs import make_vector_env, probe_specs  # noqa: E402
 from zrl.envs.atari import AleVectorEnv, AreaResize, GymAtariVectorEnv, is_atari, rom_name  # noqa: E402
-from zrl.learner import algorithms  # noqa: E402
+from zrl import algorithms  # noqa: E402
 from zrl.models import ActorCritic, QNetwork, build_actor_critic  # noqa: E402
 from zrl.models.cnn import ImpalaDeep, ImpalaShallow  # noqa: E402
 
@@ -430,7 +430,7 @@ def test_precision_must_be_fp32_or_bf16():
 
 
 def test_auto_precision_is_bf16_only_where_the_hardware_has_it():
-    from zrl.learner.algorithms.base import resolve_precision
+    from zrl.algorithms.base import resolve_precision
 
     cpu = torch.device("cpu")
     assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"

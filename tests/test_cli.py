@@ -130,10 +130,11 @@ def test_a_second_ctrl_c_kills_a_learner_that_does_not_stop(tmp_path):
 def test_a_signal_before_the_learner_starts_stops_the_run(tmp_path, monkeypatch):
     from zrl import launch
     from zrl.config import load_config
+    from zrl.launch import processes, supervisor
 
     started = []
-    monkeypatch.setattr(launch, "_preload", lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C while importing
-    monkeypatch.setattr(launch._Child, "start", lambda self: started.append(self.name))
+    monkeypatch.setattr(supervisor, "preload", lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C while importing
+    monkeypatch.setattr(processes.Child, "start", lambda self: started.append(self.name))
     opts = launch.RunOptions(config_path=str(DEFAULT_CONFIG), overrides=[], num_actors=2, seed=0, logdir=str(tmp_path), fork=True)
     before = signal.getsignal(signal.SIGINT)
     assert launch.run_local(load_config(DEFAULT_CONFIG), opts) == 130
@@ -280,53 +281,54 @@ class FakeProc:
 
 
 def test_a_run_fails_once_every_training_actor_gave_up_whatever_the_eval_actor_does():
-    from zrl import launch
+    from zrl.launch import processes, supervisor
 
-    actors = [launch._Child(name, [], fork=True) for name in ("actor 0", "actor 1", "eval actor", "agent server")]
-    assert launch._actors_failed(actors) is None
+    actors = [processes.Child(name, [], fork=True) for name in ("actor 0", "actor 1", "eval actor", "agent server")]
+    assert supervisor.actors_failed(actors) is None
     actors[0].gave_up = 1
-    assert launch._actors_failed(actors) is None  # actor 1 still feeds the learner
+    assert supervisor.actors_failed(actors) is None  # actor 1 still feeds the learner
     actors[1].gave_up = 1
-    code, reason = launch._actors_failed(actors)  # the eval actor and the server, alive, feed nothing
+    code, reason = supervisor.actors_failed(actors)  # the eval actor and the server, alive, feed nothing
     assert code == 1 and "restart cap" in reason
     actors[0].gave_up = actors[1].gave_up = None
     actors[2].gave_up = 2  # any actor whose config cannot run stops the run: they share it
-    assert launch._actors_failed(actors)[0] == 2
+    assert supervisor.actors_failed(actors)[0] == 2
     actors[2].gave_up = 3  # or whose hello the learner refused: the others' would be too
-    code, reason = launch._actors_failed(actors)
+    code, reason = supervisor.actors_failed(actors)
     assert code == 3 and "refused" in reason
 
 
 def test_an_actor_whose_hello_was_refused_is_not_restarted():
     from zrl import launch
+    from zrl.launch import processes, supervisor
 
     opts = launch.RunOptions(config_path=None, overrides=[], num_actors=1, seed=0, logdir="unused")
     for code, restarted in ((1, True), (3, False), (2, False)):
-        a = launch._Child("actor 0", [], fork=True)
+        a = processes.Child("actor 0", [], fork=True)
         a.proc = FakeProc(code=code)
-        launch._supervise_actor(a, now=0.0, opts=opts)
+        supervisor.supervise_actor(a, now=0.0, opts=opts)
         assert (a.restart_at is not None) == restarted and a.gave_up == (None if restarted else code)
 
 
 def test_a_run_with_only_an_agent_server_fails_once_the_server_gave_up():
-    from zrl import launch
+    from zrl.launch import processes, supervisor
 
-    actors = [launch._Child(name, [], fork=True) for name in ("eval actor", "agent server")]  # run.num_actors 0
-    assert launch._actors_failed(actors) is None
+    actors = [processes.Child(name, [], fork=True) for name in ("eval actor", "agent server")]  # run.num_actors 0
+    assert supervisor.actors_failed(actors) is None
     actors[0].gave_up = 1
-    assert launch._actors_failed(actors) is None  # the evaluation actor feeds nothing; the server still does
+    assert supervisor.actors_failed(actors) is None  # the evaluation actor feeds nothing; the server still does
     actors[1].gave_up = 1
-    code, reason = launch._actors_failed(actors)  # the only data source is gone
+    code, reason = supervisor.actors_failed(actors)  # the only data source is gone
     assert code == 1 and "agent server" in reason and "restart cap" in reason
-    with_actors = [launch._Child(name, [], fork=True) for name in ("actor 0", "agent server")]
+    with_actors = [processes.Child(name, [], fork=True) for name in ("actor 0", "agent server")]
     with_actors[1].gave_up = 1
-    assert launch._actors_failed(with_actors) is None  # actor 0 still feeds the learner
+    assert supervisor.actors_failed(with_actors) is None  # actor 0 still feeds the learner
 
 
 def test_an_actor_started_after_a_stop_gets_its_own_sigterm_and_no_actor_gets_two():
-    from zrl import launch
+    from zrl.launch import processes
 
-    a = launch._Child("actor 0", [], fork=True)
+    a = processes.Child("actor 0", [], fork=True)
     a.stop()  # never started: nothing to signal
     a.proc = FakeProc(code=1)  # exited; a restart is under way when the stop comes
     a.stop()
@@ -339,13 +341,14 @@ def test_an_actor_started_after_a_stop_gets_its_own_sigterm_and_no_actor_gets_tw
 
 def test_a_run_out_of_time_with_nothing_trained_fails(tmp_path):
     from zrl import launch
+    from zrl.launch import summary
 
     opts = launch.RunOptions(config_path=None, overrides=[], num_actors=2, seed=0, logdir=str(tmp_path))
     final = tmp_path / "learner_final.json"
     for steps, resumed, crashed, code in ((0, 0, True, 1), (5000, 0, True, 0), (5000, 5000, True, 1),
                                           (0, 0, False, 0)):  # (no crash: a limit shorter than the start-up, no client)
         final.write_text(json.dumps({"env_steps": steps, "resumed_env_steps": resumed, "stop_reason": "time limit"}))
-        got = launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0, actors_crashed=crashed)
+        got = summary.summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0, actors_crashed=crashed)
         assert got == code, (steps, resumed, crashed)
     final.write_text(json.dumps({"env_steps": 5000, "resumed_env_steps": 5000, "stop_reason": "env step limit"}))
-    assert launch._summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0, actors_crashed=True) == 0  # a resume already done
+    assert summary.summarise(final, tmp_path, opts, opts.t_start + 10, learner_code=0, actors_crashed=True) == 0  # a resume already done

@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from zrl.config import ALGO_CONFIGS, Config, ConfigError, ImpalaConfig, config_from_dict, load_config
+from zrl import algorithms
+from zrl.algorithms.impala import ImpalaConfig
+from zrl.config import Config, ConfigError, config_from_dict, load_config
 from conftest import DEFAULT_CONFIG
 
 
@@ -118,9 +120,7 @@ def test_model_hash_tracks_what_shapes_the_model():
 
 
 def test_every_registered_algorithm_has_a_loadable_module():
-    from zrl.learner import algorithms
-
-    for name in ALGO_CONFIGS:
+    for name in algorithms.names():
         assert algorithms.get(name).name == name
 
 

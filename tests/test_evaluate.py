@@ -8,7 +8,7 @@ import pytest
 
 from zrl import evaluate as ev
 from zrl.envs import Step
-from zrl.learner.algorithms.base import Policy
+from zrl.algorithms.base import Policy
 
 
 class Lengths:

@@ -1,7 +1,7 @@
 """wire.Gate: the learner's checks, with the C++ FrameGate for layouts it has accepted before.
 
 The fast path may only ever vouch: on any frame, a gate with it must give exactly what
-a gate without it (decode, schema, check_values in Python) gives, the same message or
+a gate without it (decode, the schema and its rules in Python) gives, the same message or
 the same rejection reason.
 """
 from __future__ import annotations
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from zrl import spaces, wire
-from zrl.learner.algorithms.apex_dqn import ApexDQN
-from zrl.learner.algorithms.impala import Impala
+from zrl.protocol import gate as gate_module
+from zrl.algorithms.apex_dqn.algorithm import ApexDQN
+from zrl.algorithms.impala.algorithm import Impala
 from zrl.config import load_config
 from conftest import ROOT, good_trajectory, small_config
 
@@ -21,11 +22,11 @@ KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})
 CAP = 1 << 16
 
 
-def impala_gate(fast: bool, cfg=None, algo=None, cap: int = CAP, at_join=frozenset()):
+def impala_gate(fast: bool, cfg=None, algo=None, cap: int = CAP, leave_to_join: bool = False):
     cfg = cfg or small_config()
     algo = algo or Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     gate = wire.Gate(cap, KINDS, fast=fast)
-    gate.set_trajectory_checks(algo.trajectory_schema(cfg.learner.batch_size), algo.check_values, algo.gate_rules(), at_join=at_join)
+    gate.set_trajectory_schema(algo.trajectory_schema(cfg.learner.batch_size), leave_to_join=leave_to_join)
     return gate
 
 
@@ -63,7 +64,7 @@ def test_registered_layouts_skip_python_decode(monkeypatch):
     def no_python(*a, **k):
         raise AssertionError("decode called for a layout the C++ gate knows")
 
-    monkeypatch.setattr(wire, "decode", no_python)
+    monkeypatch.setattr(gate_module, "decode", no_python)
     arrays = chunk(cfg, 1)
     msg, bindings = gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays, sender_id=9, seq=2, policy_version=7)))
     assert (msg.kind, msg.sender_id, msg.seq, msg.policy_version) == (wire.Kind.TRAJECTORY, 9, 2, 7)
@@ -156,18 +157,19 @@ def test_new_checks_forget_registered_layouts():
     assert len(gate._fast) == 1
     # A narrower action space: the action bound the C++ gate holds no longer applies.
     algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(1))
-    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_rules())
+    gate.set_trajectory_schema(algo.trajectory_schema(8))
     assert len(gate._fast) == 0
     with pytest.raises(wire.WireError, match="action"):
         gate.check(frame)
 
 
-def test_algorithms_without_value_bounds_stay_on_the_python_path():
+def test_schemas_with_rules_the_fast_gate_lacks_stay_on_the_python_path():
     cfg = load_config(ROOT / "configs" / "cartpole_apex.yaml")
     algo = ApexDQN(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    assert algo.value_rules({}) == (None, None) and algo.gate_rules() is None
+    schema = algo.trajectory_schema(8)
+    assert not schema.vouchable  # its discounts and priorities are held to ranges
     gate = wire.Gate(CAP, KINDS)
-    gate.set_trajectory_checks(algo.trajectory_schema(8), algo.check_values, algo.gate_rules())
+    gate.set_trajectory_schema(schema)
     N = 6
     arrays = {
         "obs": np.zeros((N, 4), np.float32), "action": np.ones(N, np.int64), "reward": np.zeros(N, np.float32),
@@ -185,21 +187,21 @@ def test_algorithms_without_value_bounds_stay_on_the_python_path():
 
 def test_an_algorithm_that_checks_more_than_its_bounds_is_never_vouched_for():
     class Stricter(Impala):
-        def check_values(self, msg, bindings):
-            super().check_values(msg, bindings)
-            if msg.arrays["reward"].max() > 1:
-                raise wire.WireError(wire.Reason.BAD_VALUE, "reward above 1")
+        def trajectory_schema(self, max_columns):
+            schema = super().trajectory_schema(max_columns)
+            fields = [wire.Field(f.name, f.dtype, f.shape, high=1.0) if f.name == "reward" else f for f in schema.fields.values()]
+            return wire.Schema(fields, schema.fixed, schema.bounds, schema.marks)
 
     cfg = small_config()
     algo = Stricter(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    assert algo.gate_rules() is None
+    assert not algo.trajectory_schema(8).vouchable
     gate = impala_gate(True, cfg, algo)
     good = chunk(cfg)
     for _ in range(3):
         gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, good)))
     assert len(gate._fast) == 0
     good["reward"][0, 0] = 2.0
-    with pytest.raises(wire.WireError, match="reward above 1"):
+    with pytest.raises(wire.WireError, match="reward must be <= 1"):
         gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, good)))
 
 
@@ -268,11 +270,11 @@ def test_truncation_data_that_does_not_add_up_is_rejected(fast):
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_a_gate_that_leaves_element_rules_to_the_join_checks_everything_else(fast):
-    # The learner's gate (Impala.checked_at_join): the values of the arrays collate copies
+    # The learner's gate (the schema's at_join fields): the values of the arrays collate copies
     # pass through unread (tests/test_join.py checks them there); final_index's bound and the
     # marks, and everything structural, are still the gate's.
     cfg = small_config()
-    gate = impala_gate(fast, cfg, at_join=Impala.checked_at_join)
+    gate = impala_gate(fast, cfg, leave_to_join=True)
     gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, 0, 2))))  # registers the layout
     passes = []
     for name in ("reward", "behaviour_logp", "obs", "final_obs"):
@@ -307,8 +309,8 @@ def test_a_gate_that_leaves_element_rules_to_the_join_checks_everything_else(fas
 
 def test_fast_and_python_gates_that_leave_rules_to_the_join_agree_on_damaged_frames():
     cfg = small_config()
-    fast = impala_gate(True, cfg, at_join=Impala.checked_at_join)
-    slow = impala_gate(False, cfg, at_join=Impala.checked_at_join)
+    fast = impala_gate(True, cfg, leave_to_join=True)
+    slow = impala_gate(False, cfg, leave_to_join=True)
     rng = np.random.default_rng(11)
     layouts = [bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg, s, M))) for s, M in [(0, 0), (1, 2), (2, 5)]]
     for frame in layouts:
@@ -326,20 +328,16 @@ def test_fast_and_python_gates_that_leave_rules_to_the_join_agree_on_damaged_fra
     assert results["ok"] > 300 and results["rejected"] > 300
 
 
-def test_an_algorithm_that_checks_more_than_its_rules_keeps_every_check_at_the_gate():
-    # at_join needs value_rules: without them check_values runs whole, whatever at_join says.
+def test_a_gate_not_told_of_a_join_checks_every_value():
+    # leave_to_join is the consumer's promise that it joins with the at_join rules checked
+    # (a stream learner); without it (a replay learner, a benchmark's sink) every rule stays here.
     cfg = small_config()
     gate = wire.Gate(CAP, KINDS)
-    seen = []
-
-    def check_values(msg, bindings):
-        seen.append(msg.seq)
-        wire.check_bounds(msg, {"action": 2})
-
     algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    gate.set_trajectory_checks(algo.trajectory_schema(8), check_values, None, at_join=Impala.checked_at_join)
-    gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg), seq=3)))
-    assert seen == [3]
+    schema = algo.trajectory_schema(8)
+    assert schema.join_fields  # fields it could leave
+    gate.set_trajectory_schema(schema)
+    assert gate.check(bytes(wire.encode(wire.Kind.TRAJECTORY, chunk(cfg), seq=3)))[0].seq == 3
     bad = chunk(cfg)
     bad["obs"].flat[0] = np.inf
     with pytest.raises(wire.WireError, match="obs"):

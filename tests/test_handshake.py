@@ -203,8 +203,8 @@ def test_an_actor_says_hello_again_to_a_learner_restarted_on_the_same_endpoints(
     first.request_stop()
     runner.thread.join(30)
     first._stop.set()  # a crash, not close(): no SHUTDOWN reaches the actor
-    first._receiver.join(5)
-    first._close_sockets()
+    first.receiver.join(5)
+    first.sockets.close()
     started = []
 
     def rebind() -> bool:  # libzmq frees an inproc name asynchronously after the close
@@ -251,7 +251,9 @@ def test_a_learner_whose_resume_fails_unbinds_its_endpoints(ctx, endpoint, tmp_p
     from zrl.learner import learner as learner_mod
 
     cfg = small_config()
-    monkeypatch.setattr(learner_mod.Learner, "_load_for_resume", lambda self: setattr(self, "_resume_state", {"obs_spec": OBS.to_json(), "action_spec": ACT.to_json()}))
+    from zrl.learner.resume import ResumeState
+
+    monkeypatch.setattr(learner_mod, "find_resume", lambda config, ckdir, say: ResumeState(ckdir, {"obs_spec": OBS.to_json(), "action_spec": ACT.to_json()}))
 
     def bad_build(self, obs, act):
         raise checkpoint.CheckpointError("does not fit the model")
@@ -283,8 +285,8 @@ def test_the_learner_sizes_every_shipped_model_without_building_it(config, overr
     # builds on the meta device, to the count of the real build.
     from zrl.config import load_config
     from zrl.envs import probe_specs
-    from zrl.learner import algorithms
-    from zrl.learner.learner import check_training_fits, parameter_count
+    from zrl import algorithms
+    from zrl.learner.device import check_training_fits, parameter_count
 
     from conftest import ROOT
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from zrl.learner.algorithms.apex_dqn import HostPriorities
-from zrl.learner.learner import HostWeights
+from zrl.algorithms.apex_dqn.algorithm import HostPriorities
+from zrl.learner.publisher import HostWeights
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -103,7 +103,7 @@ def _frames_parts():
 
 
 def test_a_batch_is_joined_as_numpy_joins_it():
-    from zrl.learner.algorithms.impala import _join
+    from zrl.algorithms.impala.algorithm import _join
 
     cores = [np.arange(k * 4, dtype=np.float32).reshape(k, 4) for k in (3, 5, 2)]  # LSTM states: joined on axis 0
     for parts, axis in [*((p, 1) for p in _frames_parts()), (cores, 0)]:
@@ -115,7 +115,7 @@ def test_a_batch_is_joined_as_numpy_joins_it():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_batch_for_the_gpu_is_joined_in_pinned_memory_and_lands_there():
-    from zrl.learner.algorithms.impala import _join
+    from zrl.algorithms.impala.algorithm import _join
 
     for parts in _frames_parts():
         t, bad = _join(parts, 1, torch.device("cuda"))
@@ -137,7 +137,7 @@ def test_published_frames_are_reused_but_never_one_still_held(ctx, make_learner,
     sub.connect(learner.weights_endpoint)
     try:
         def received(version: int) -> bool:
-            learner._publish(version, np.full(n, version, np.float32))
+            learner.publisher.publish(version, np.full(n, version, np.float32))
             return sub.poll(50) and wire.decode(sub.recv()).policy_version == version
 
         from zmq.utils.garbage import gc as pyzmq_gc
@@ -148,23 +148,23 @@ def test_published_frames_are_reused_but_never_one_still_held(ctx, make_learner,
             # later still on a loaded machine. Wait for that, so that what is counted below
             # is reuse, not that thread's timing.
             wait_for(lambda: not pyzmq_gc.refs, 30, "pyzmq to let go of the frames it sent")
-            learner._publish(v, np.full(n, v, np.float32))
+            learner.publisher.publish(v, np.full(n, v, np.float32))
             msg = wire.decode(sub.recv())
             assert msg.policy_version == v and (msg.arrays["params"] == v).all()
 
         wait_for(lambda: received(0), 30, "the subscription")  # (PUB drops what goes out before it)
-        made = len(learner._weights_frames.layout._finished)
+        made = len(learner.publisher.frames.layout._finished)
         # A hello reply built from version 0 meanwhile: its frame stays intact while held.
-        held_version, held = learner._latest_weights
+        held_version, held = learner.publisher.latest
         for v in range(1, 6):
             publish_and_check(v)
             assert (held == held_version).all() and not held.flags.writeable
         del held
         for v in range(6, 40):
             publish_and_check(v)
-        version, latest = learner._latest_weights
+        version, latest = learner.publisher.latest
         assert version == 39 and (latest == 39).all() and not latest.flags.writeable
         # One new frame per version while the oldest was held, none after: frames are reused.
-        assert len(learner._weights_frames.layout._finished) <= made + 5
+        assert len(learner.publisher.frames.layout._finished) <= made + 5
     finally:
         sub.close(0)

@@ -14,15 +14,15 @@ from torch.nn import functional as F
 from zrl import _core, spaces
 from zrl.actors import actor as actor_mod
 from zrl.config import ConfigError, load_config
-from zrl.learner import algorithms
-from zrl.models import cnn, flatten_parameters
+from zrl import algorithms
+from zrl.models import cnn, flatten_parameters, int8, int8_torso
 
 pytestmark = pytest.mark.timeout(60)
 
 PONG_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pong_impala.yaml"
 OBS = spaces.BoxSpec((4, 84, 84), "uint8", 0.0, 255.0)
 ACTIONS = spaces.DiscreteSpec(6)
-needs_int8 = pytest.mark.skipif(not cnn.int8_conv_supported(), reason="no int8 convolution here (an x86 CPU with AVX2 or newer, and oneDNN)")
+needs_int8 = pytest.mark.skipif(not int8.int8_conv_supported(), reason="no int8 convolution here (an x86 CPU with AVX2 or newer, and oneDNN)")
 
 
 def pong_model(network="impala_shallow", dtype=torch.float32):
@@ -51,7 +51,7 @@ def test_int8_first_conv_matches_the_conv_up_to_weight_rounding(dtype):
     model = pong_model(dtype=dtype)
     conv = model.pi_torso.convs[0]
     x = frames(5)
-    q = cnn.Int8FirstConv(conv, relu=True)
+    q = int8.Int8FirstConv(conv, relu=True)
     with torch.inference_mode():
         got = q(x)
         want = torch.relu(F.conv2d(x.float() / 255.0, conv.weight.float(), conv.bias.float(), conv.stride))
@@ -68,8 +68,8 @@ def test_the_weight_range_follows_the_cpus_int8_products(monkeypatch):
     # weights of at most 63 keep 2 x 255 x 63 below 32,767.
     for flags, top in ((frozenset({"avx2"}), 63), (frozenset({"avx2", "avx512_vnni"}), 127), (frozenset({"avx_vnni"}), 127),
                        (frozenset({"amx_int8"}), 127)):
-        monkeypatch.setattr(cnn, "cpu_flags", lambda f=flags: f)
-        assert cnn.int8_weight_max() == top and cnn.int8_dot_products() is (top == 127)
+        monkeypatch.setattr(int8, "cpu_flags", lambda f=flags: f)
+        assert int8.int8_weight_max() == top and int8.int8_dot_products() is (top == 127)
 
 
 def test_the_torso_runs_zrls_kernel_where_it_is_exact_for_the_weight_range(monkeypatch):
@@ -82,9 +82,9 @@ def test_the_torso_runs_zrls_kernel_where_it_is_exact_for_the_weight_range(monke
         (["avx2", "portable"], {"avx2", "avx_vnni"}, False),
         (["portable"], set(), False),
     ):
-        monkeypatch.setattr(cnn._core, "int8_layer_kernels", lambda k=kernels: k)
-        monkeypatch.setattr(cnn, "cpu_flags", lambda f=frozenset(flags): f)
-        assert cnn.native_int8_layers() is native, (kernels, flags)
+        monkeypatch.setattr(int8._core, "int8_layer_kernels", lambda k=kernels: k)
+        monkeypatch.setattr(int8, "cpu_flags", lambda f=frozenset(flags): f)
+        assert int8.native_int8_layers() is native, (kernels, flags)
 
 
 @needs_int8
@@ -93,7 +93,7 @@ def test_white_frames_do_not_saturate_the_int8_products(torso):
     # All pixels 255, the worst case for a pre-VNNI CPU's int16 pairs: the answer stays the float one's.
     model = pong_model()
     reference = copy.deepcopy(model)
-    assert (cnn.use_int8_torso if torso else cnn.use_int8_first_conv)(model)
+    assert (int8_torso.use_int8_torso if torso else int8.use_int8_first_conv)(model)
     x = torch.full((3, 4, 84, 84), 255, dtype=torch.uint8)
     x[1, :, 20:60, 30:50] = 0  # and a dark patch, so the features differ between frames
     with torch.inference_mode():
@@ -106,7 +106,7 @@ def test_white_frames_do_not_saturate_the_int8_products(torso):
 def test_int8_first_conv_requantizes_when_the_weights_change():
     model = pong_model()
     flat = flatten_parameters(model)
-    assert cnn.use_int8_first_conv(model)
+    assert int8.use_int8_first_conv(model)
     q = model.pi_torso.int8_first_conv
     x = frames(3)
     with torch.inference_mode():
@@ -125,7 +125,7 @@ def test_int8_first_conv_requantizes_when_the_weights_change():
 @needs_int8
 def test_non_finite_first_conv_weights_raise_instead_of_acting_quietly():
     model = pong_model()
-    assert cnn.use_int8_first_conv(model)
+    assert int8.use_int8_first_conv(model)
     with torch.no_grad():
         model.pi_torso.convs[0].weight[3, 0, 0, 0] = float("nan")
     with torch.inference_mode(), pytest.raises(ValueError, match="first conv's weights are not finite"):
@@ -135,7 +135,7 @@ def test_non_finite_first_conv_weights_raise_instead_of_acting_quietly():
 @needs_int8
 def test_a_model_with_an_int8_conv_can_be_copied():
     model = pong_model()
-    assert cnn.use_int8_first_conv(model)
+    assert int8.use_int8_first_conv(model)
     x = frames(2)
     with torch.inference_mode():
         out = model.policy(x)  # quantizes: oneDNN's packed weights now sit on the torso
@@ -150,8 +150,8 @@ def test_the_probe_says_no_where_the_op_fails(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no such kernel")
 
-    monkeypatch.setattr(cnn.Int8FirstConv, "__call__", broken)
-    assert cnn._int8_conv_probe() is False
+    monkeypatch.setattr(int8.Int8FirstConv, "__call__", broken)
+    assert int8._int8_conv_probe() is False
 
 
 @needs_int8
@@ -159,7 +159,7 @@ def test_the_probe_says_no_where_the_op_fails(monkeypatch):
 def test_the_int8_path_is_for_acting_only(network):
     model = pong_model(network)
     reference = copy.deepcopy(model)
-    assert cnn.use_int8_first_conv(model)
+    assert int8.use_int8_first_conv(model)
     # The deep ResNet's first conv is followed by a max-pool, not a ReLU: nothing to fuse.
     assert model.pi_torso.int8_first_conv.relu is (network == "impala_shallow")
     x = frames(4)
@@ -174,7 +174,7 @@ def test_the_int8_path_is_for_acting_only(network):
 def test_use_int8_first_conv_leaves_mlps_alone():
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "cartpole_impala.yaml", [])
     algo = algorithms.get("impala")(cfg, spaces.BoxSpec((4,), "float32", -1.0, 1.0), spaces.DiscreteSpec(2))
-    assert cnn.use_int8_first_conv(algo.build_model()) is False
+    assert int8.use_int8_first_conv(algo.build_model()) is False
 
 
 def test_int8_first_conv_setting(monkeypatch):
@@ -183,7 +183,7 @@ def test_int8_first_conv_setting(monkeypatch):
     assert load_config(PONG_CONFIG, ["actor.int8_first_conv=true"]).actor.int8_first_conv is True
     assert load_config(PONG_CONFIG, []).actor.int8_first_conv == "auto"
     assert actor_mod.use_int8(False, pong_model()) is False
-    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU (or PyTorch) without int8 convolutions
+    monkeypatch.setattr(int8, "_INT8_CONV", False)  # a CPU (or PyTorch) without int8 convolutions
     with pytest.raises(ValueError, match="actor.int8_first_conv: true, but this is not an x86 CPU"):
         actor_mod.use_int8(True, pong_model())
     model = pong_model()
@@ -191,7 +191,7 @@ def test_int8_first_conv_setting(monkeypatch):
 
 
 def test_int8_first_conv_true_on_an_mlp_says_it_does_nothing(monkeypatch, caplog):
-    monkeypatch.setattr(cnn, "_INT8_CONV", True)
+    monkeypatch.setattr(int8, "_INT8_CONV", True)
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "cartpole_impala.yaml", [])
     model = algorithms.get("impala")(cfg, spaces.BoxSpec((4,), "float32", -1.0, 1.0), spaces.DiscreteSpec(2)).build_model()
     with caplog.at_level("WARNING", logger="zrl.actor"):
@@ -241,10 +241,10 @@ def test_int8_torso_matches_the_float_torso(dtype, shape, n, kernels, monkeypatc
     with torch.inference_mode():
         want = model(x)
     model.to(dtype)
-    assert cnn.Int8Torso.fits(model)
+    assert int8_torso.Int8Torso.fits(model)
     if kernels == "native" and _core.int8_layer_kernels()[0] != "avx512_vnni":
-        monkeypatch.setattr(cnn, "int8_weight_max", lambda: 63)  # the range zrl's AVX2 kernel takes
-    model.int8_torso = cnn.Int8Torso(model)
+        monkeypatch.setattr(int8, "int8_weight_max", lambda: 63)  # the range zrl's AVX2 kernel takes
+    model.int8_torso = int8_torso.Int8Torso(model)
     # Before its first call, which quantizes for those kernels.
     model.int8_torso._native = kernels == "native"
     model.int8_torso._int_mm = kernels == "int_mm"
@@ -263,7 +263,7 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
     x = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
     q = torch.from_numpy(rng.integers(-63, 64, (16, 4, 8, 8), dtype=np.int8))
     runs = q.reshape(16, 4, 8, 2, 4).permute(1, 2, 3, 0, 4).reshape(-1, 16, 4).contiguous().numpy()  # [J, OC, 4]
-    packed = cnn.int8_blocks(runs)  # [OC / 16, J, 64]
+    packed = int8.int8_blocks(runs)  # [OC / 16, J, 64]
     assert packed.shape == (1, 64, 64) and (packed[0, 5, 4 * 3:4 * 3 + 4] == runs[5, 3]).all()
     ic, ky, kx = np.meshgrid(np.arange(4), np.arange(8), np.arange(0, 8, 4), indexing="ij")
     offs = (ic * 84 * 84 + ky * 84 + kx).ravel().astype(np.int32)
@@ -291,7 +291,7 @@ def test_the_int8_layer_kernel_is_a_convolution_and_checks_its_arguments():
     with pytest.raises(ValueError, match="out must be"):
         _core.int8_layer(x, base, packed, offs, scale, bias, 1.0, 0, np.empty((len(base), 32), np.float32))
     with pytest.raises(ValueError, match="multiple of 16"):
-        cnn.int8_blocks(runs[:, :8])
+        int8.int8_blocks(runs[:, :8])
     with pytest.raises(ValueError, match=r"expected w \[OC / 16, J, 64\]"):
         _core.int8_layer(x, base, runs, offs, scale, bias, 1.0, 0, out)  # not in blocks
     with pytest.raises(ValueError, match="scale and bias"):
@@ -328,7 +328,7 @@ def test_the_vnni_kernel_is_exact_for_the_whole_int8_range():
     got = {}
     for kernel in ("avx512_vnni", "portable", "avx2"):
         got[kernel] = np.empty((P, OC), np.float32)
-        _core.int8_layer(x, base, cnn.int8_blocks(w), offs, scale, bias, 1.0, 0, got[kernel], kernel=kernel)
+        _core.int8_layer(x, base, int8.int8_blocks(w), offs, scale, bias, 1.0, 0, got[kernel], kernel=kernel)
     np.testing.assert_array_equal(got["avx512_vnni"], want.astype(np.float32))
     np.testing.assert_array_equal(got["portable"], want.astype(np.float32))
     assert not np.array_equal(got["avx2"], want.astype(np.float32))  # (why the AVX2 kernel takes weights of 63)
@@ -338,7 +338,7 @@ def test_the_vnni_kernel_is_exact_for_the_whole_int8_range():
 def test_int8_torso_acts_like_the_float_policy():
     model = pong_model(dtype=torch.bfloat16)
     reference = pong_model()
-    assert cnn.use_int8_torso(model) and model.pi_torso.int8_torso is not None
+    assert int8_torso.use_int8_torso(model) and model.pi_torso.int8_torso is not None
     x = frames(16, seed=3)
     with torch.inference_mode():
         p = torch.log_softmax(model.policy_float(x), -1)
@@ -352,12 +352,12 @@ def test_an_int8_actors_act_runs_without_torch_and_follows_the_weights(monkeypat
     # ImpalaPolicy.act with a native Int8Torso: the torso's features and the head in numpy
     # (ActorCritic.int8_logits), the same policy as the torch path, and the head's fp32 copy
     # renewed whenever the weights change (through the parameters or the flat buffer).
-    from zrl.learner.algorithms.impala import ImpalaEvalPolicy, ImpalaPolicy
+    from zrl.algorithms.impala.algorithm import ImpalaEvalPolicy, ImpalaPolicy
 
     model = pong_model(dtype=torch.bfloat16)
     if _core.int8_layer_kernels()[0] != "avx512_vnni":
-        monkeypatch.setattr(cnn, "int8_weight_max", lambda: 63)  # the range zrl's AVX2 kernel takes
-    model.pi_torso.int8_torso = cnn.Int8Torso(model.pi_torso)
+        monkeypatch.setattr(int8, "int8_weight_max", lambda: 63)  # the range zrl's AVX2 kernel takes
+    model.pi_torso.int8_torso = int8_torso.Int8Torso(model.pi_torso)
     model.pi_torso.int8_torso._native = True  # zrl's kernel wherever the test runs
     flat = flatten_parameters(model)
     with torch.no_grad():
@@ -405,7 +405,7 @@ def int8_pong(warmup: int):
     model, its flat parameter buffer (as LearnerLink writes weights) and the torso."""
     model = pong_model()
     flat = flatten_parameters(model)
-    assert cnn.use_int8_torso(model)
+    assert int8_torso.use_int8_torso(model)
     q = model.pi_torso.int8_torso
     q.warmup = warmup
     return model, flat, q
@@ -489,10 +489,10 @@ def test_int8_torso_saturates_instead_of_wrapping():
 @needs_int8
 def test_int8_torso_fits_the_shallow_cnn_only_and_acts_only():
     deep = pong_model("impala_deep")
-    assert not cnn.Int8Torso.fits(deep.pi_torso) and cnn.use_int8_torso(deep) is False
+    assert not int8_torso.Int8Torso.fits(deep.pi_torso) and int8_torso.use_int8_torso(deep) is False
     model = pong_model()
     reference = copy.deepcopy(model)
-    assert cnn.use_int8_torso(model)
+    assert int8_torso.use_int8_torso(model)
     x = frames(2)
     out, ref = model.policy(x), reference.policy(x)  # gradients on: the float path, exactly
     assert out.requires_grad and torch.equal(out, ref)
@@ -508,7 +508,7 @@ def test_int8_torso_fits_the_shallow_cnn_only_and_acts_only():
 @needs_int8
 def test_non_finite_weights_raise_in_the_int8_torso():
     model = pong_model()
-    assert cnn.use_int8_torso(model)
+    assert int8_torso.use_int8_torso(model)
     with torch.no_grad():
         model.pi_torso.fc.weight[5, 7] = float("inf")
     with torch.inference_mode(), pytest.raises(ValueError, match="weights are not finite"):
@@ -519,11 +519,11 @@ def test_int8_torso_setting(monkeypatch, caplog):
     with pytest.raises(ConfigError, match="actor.int8_torso"):
         load_config(PONG_CONFIG, ["actor.int8_torso=sometimes"])
     assert load_config(PONG_CONFIG, []).actor.int8_torso == "auto"
-    monkeypatch.setattr(cnn, "_INT8_CONV", False)  # a CPU (or PyTorch) without int8 convolutions
+    monkeypatch.setattr(int8, "_INT8_CONV", False)  # a CPU (or PyTorch) without int8 convolutions
     with pytest.raises(ValueError, match="actor.int8_torso: true, but this is not an x86 CPU"):
         actor_mod.use_int8(True, pong_model(), torso=True)
     assert actor_mod.use_int8("auto", pong_model(), torso=True) is False
-    monkeypatch.setattr(cnn, "_INT8_CONV", True)
+    monkeypatch.setattr(int8, "_INT8_CONV", True)
     with caplog.at_level("WARNING", logger="zrl.actor"):
         assert actor_mod.use_int8(True, pong_model("impala_deep"), torso=True) is False
     assert "no shallow CNN torso" in caplog.text

@@ -1,4 +1,4 @@
-"""The learner's batch join with the checks its gate left to it (Algorithm.checked_at_join):
+"""The learner's batch join with the checks its gate left to it (the schema's at_join fields):
 `_core.join_checked` copies chunks' arrays into a batch and checks each element as it
 copies it; Impala.collate raises RejectedChunks naming the chunks that broke a rule."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from zrl import _core, spaces, wire
-from zrl.learner.algorithms.base import RejectedChunks
-from zrl.learner.algorithms.impala import Impala
+from zrl.algorithms.base import RejectedChunks
+from zrl.algorithms.impala.algorithm import Impala
 from conftest import small_config
 
 FLOATS = (np.float16, np.float32, np.float64)
@@ -155,7 +155,7 @@ def test_every_array_a_gate_leaves_to_the_join_is_joined_by_collate():
     cfg = small_config()
     algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     rng = np.random.default_rng(2)
-    for name in sorted(Impala.checked_at_join):
+    for name in sorted(algo.trajectory_schema(8).join_fields | {"core_h0", "core_c0"}):
         chunks = [_chunk(cfg, rng, 1), _chunk(cfg, rng, 1)]
         for c in chunks:  # an LSTM core's state at the chunk's start, as a recurrent model's actor sends it
             c["core_h0"] = rng.standard_normal((cfg.actor.num_envs, 8)).astype(np.float32)
@@ -170,16 +170,11 @@ def test_every_array_a_gate_leaves_to_the_join_is_joined_by_collate():
         assert list(e.value.errors) == [1] and e.value.errors[1].detail.startswith(name), name
 
 
-def test_a_subclass_that_joins_its_own_way_keeps_every_check_at_the_gate():
-    class OwnJoin(Impala):
-        def collate(self, msgs, device):  # a join that checks nothing
-            return {}
-
-    class Declared(OwnJoin):
-        checked_at_join = frozenset({"obs"})
-
-    cfg = small_config()
+def test_the_join_checks_exactly_the_fields_the_schema_leaves_to_it():
+    # final_index keeps its bound at the gate, with its mark; every other field of a chunk is
+    # joined by collate, and declared so.
+    cfg = small_config("model.lstm_size=8")
     specs = (spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
-    assert Impala(cfg, *specs).join_checks() == Impala.checked_at_join
-    assert OwnJoin(cfg, *specs).join_checks() == frozenset()
-    assert Declared(cfg, *specs).join_checks() == {"obs"}
+    schema = Impala(cfg, *specs).trajectory_schema(8)
+    assert schema.join_fields == set(schema.fields) - {"final_index"}
+    assert Impala(small_config(), *specs).trajectory_schema(8).join_fields == schema.join_fields - {"core_h0", "core_c0"}

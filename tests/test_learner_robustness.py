@@ -6,6 +6,7 @@ import pytest
 import zmq
 
 from zrl import spaces, transport, wire
+from zrl.protocol import native as native_module
 from zrl.actors.actor import hello_meta, say_hello
 from conftest import good_trajectory, small_config, wait_for
 
@@ -15,7 +16,7 @@ from conftest import good_trajectory, small_config, wait_for
 def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, make_actor, monkeypatch, native):
     if not native:
         monkeypatch.setenv(transport.NATIVE_ENV, "0")
-    monkeypatch.setattr(transport, "_native", [])  # decided afresh, and forgotten after the test
+    monkeypatch.setattr(native_module, "_native", [])  # decided afresh, and forgotten after the test
     cfg = small_config("learner.max_message_bytes=65536")
     learner, runner = make_learner(cfg)
     make_actor(cfg)
@@ -128,7 +129,7 @@ def test_a_chunk_rejected_at_the_batch_join_is_dropped_and_its_batch_mates_train
     assert dict(learner.rejected) == {"bad_value": 1}
     assert any("obs holds a NaN or an infinity (checked at the batch join)" in r.getMessage() for r in caplog.records)
     assert learner.env_steps == 2 * T * K  # counted on receipt, taken back when rejected
-    assert learner.queue.empty() and not learner._leftover  # both good chunks went into the update
+    assert learner.queue.empty() and not learner.source.leftover  # both good chunks went into the update
     assert all(np.isfinite(p.detach().cpu().numpy()).all() for p in learner.model.parameters())
 
 
@@ -140,12 +141,12 @@ def test_chunks_put_back_never_make_a_batch_wider_than_batch_size(make_learner):
     learner._build(spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     chunk = lambda k: (object(), {"T": 5, "K": k, "M": 0})  # columns() reads K alone
     back = [chunk(4), chunk(2), chunk(4)]
-    learner._leftover = list(back)
+    learner.source.leftover = list(back)
     queued = [chunk(2), chunk(2)]
     for item in queued:
         learner.queue.put(item)
     never = lambda: False
-    first = learner._next_batch(never, lambda: None)
-    assert first == back[:2] and learner._leftover == back[2:]  # 4 + 2; 4 more would make 10
-    second = learner._next_batch(never, lambda: None)
-    assert second == [back[2], *queued] and learner._leftover == [] and learner.queue.empty()
+    first = learner.source.take(never, lambda: None)
+    assert first == back[:2] and learner.source.leftover == back[2:]  # 4 + 2; 4 more would make 10
+    second = learner.source.take(never, lambda: None)
+    assert second == [back[2], *queued] and learner.source.leftover == [] and learner.queue.empty()

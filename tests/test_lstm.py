@@ -8,8 +8,9 @@ import torch
 
 from zrl import spaces, wire
 from zrl.envs import Step
-from zrl.learner import algorithms
-from zrl.learner.algorithms.base import Sender, reset_rows
+from zrl import algorithms
+from zrl.algorithms.base import reset_rows
+from zrl.actors.sender import Sender
 from conftest import small_config, wait_for
 
 OBS = spaces.BoxSpec(shape=(4,), dtype="float32")

@@ -1,4 +1,4 @@
-"""The per-message hot paths through pyzmq's own libzmq (csrc/zmq_native.h):
+"""The per-message hot paths through pyzmq's own libzmq (csrc/wire/zmq_native.h):
 transport.Pusher on the actor's side and wire.Gate.drain on the learner's.
 
 Each must deliver exactly what pyzmq's send and recv deliver: the same frames,
@@ -18,8 +18,10 @@ import pytest
 import zmq
 
 from zrl import _core, spaces, transport, wire
-from zrl.learner.algorithms.base import Sender, Step
-from zrl.learner.algorithms.impala import Impala
+from zrl.protocol import native as native_module
+from zrl.algorithms.base import Step
+from zrl.actors.sender import Sender
+from zrl.algorithms.impala.algorithm import Impala
 from conftest import small_config
 from test_gate import KINDS, chunk, impala_gate, outcome
 
@@ -45,10 +47,10 @@ def pair():
 def native_off(monkeypatch):
     """transport.native() as ZRL_NATIVE_ZMQ=0 makes it: None."""
     monkeypatch.setenv(transport.NATIVE_ENV, "0")
-    monkeypatch.setattr(transport, "_native", [])
+    monkeypatch.setattr(native_module, "_native", [])
     assert transport.native() is None and transport.native_note() == f"{transport.NATIVE_ENV}=0"
     yield
-    monkeypatch.setattr(transport, "_native", [])
+    monkeypatch.setattr(native_module, "_native", [])
 
 
 def native_pusher(sock) -> transport.Pusher:
@@ -355,7 +357,7 @@ def test_a_small_sent_chunk_frame_takes_the_next_chunk_in_place(pair, request, n
         seen = chunk_steps(rec, rng, K, T)
         assert rec.msg is msg and msg.reusable()  # the same frame, free: written in place
         # From the second chunk on, the C++ path sends it and copies the bootstrap row in one call.
-        assert (rec._direct is not None) == native and (i == 0 or not native or rec._direct[0] is msg)
+        assert (rec.sender._direct is not None) == native and (i == 0 or not native or rec.sender._direct[0] is msg)
         got = wire.decode(pull.recv())
         assert (got.seq, got.policy_version) == (i + 1, 9 + i if i else 0)
         np.testing.assert_array_equal(got.arrays["obs"][0], bootstrap)
@@ -365,7 +367,7 @@ def test_a_small_sent_chunk_frame_takes_the_next_chunk_in_place(pair, request, n
 
 
 def test_the_one_call_chunk_path_gives_way_to_truncations_a_full_queue_and_a_new_socket():
-    """end_chunk's one-call path (send + bootstrap row in C++) holds only while its frame,
+    """Sender.send_and_carry's one-call path (send + bootstrap row in C++) holds only while its frame,
     cut and pusher stay the ones it was made for: a chunk with final rows, a new pusher
     whose queue is full, and a reconnected link each take the general path, and every
     chunk still arrives whole, in order."""
@@ -415,17 +417,17 @@ def test_the_one_call_chunk_path_gives_way_to_truncations_a_full_queue_and_a_new
             np.testing.assert_array_equal(m.arrays["obs"], obs)
             np.testing.assert_array_equal(m.arrays["final_obs"], finals)
 
-        assert one_chunk() == [] and rec._direct is not None
+        assert one_chunk() == [] and rec.sender._direct[1] is rec.cut0
         check(pull.recv())
-        assert one_chunk(final_at=1) == [] and rec._direct is None  # a cut with a final row: the general path
+        assert one_chunk(final_at=1) == [] and rec.sender._direct[1] is not rec.cut0  # a cut with a final row: the general path
         check(pull.recv())
-        assert one_chunk() == [] and rec._direct is not None  # back on the one-call path
+        assert one_chunk() == [] and rec.sender._direct[1] is rec.cut0  # back on the one-call path
         check(pull.recv())
         msg = rec.msg
         # The link's pusher changes (the old socket still open) to one whose queue is full.
         link.pusher = native_pusher(socket(zmq.PUSH))  # no peer: it queues nothing
         (held,) = one_chunk()
-        assert rec.msg is not msg and rec._direct is None  # handed back: the next chunk in a new frame
+        assert rec.msg is not msg and rec.sender._direct is None  # handed back: the next chunk in a new frame
         assert pull.poll(0) == 0  # nothing went to the old socket
         check(bytes(held))
         del held
@@ -436,7 +438,7 @@ def test_the_one_call_chunk_path_gives_way_to_truncations_a_full_queue_and_a_new
         for _ in range(3):
             assert one_chunk() == []
             check(pull.recv())
-        assert rec._direct is not None and rec._direct[1] is link.pusher and not sent
+        assert rec.sender._direct is not None and rec.sender._direct[2] is link.pusher and not sent
     finally:
         for s in socks:
             s.close(0)

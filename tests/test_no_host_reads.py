@@ -26,7 +26,9 @@ from torch.overrides import TorchFunctionMode
 
 from zrl.config import load_config
 from zrl.learner import learner as learner_mod
-from zrl.learner.algorithms import apex_dqn, impala
+from zrl.learner import publisher
+from zrl.algorithms.apex_dqn import algorithm as apex_dqn
+from zrl.algorithms.impala import algorithm as impala
 from zrl.models import cnn
 from conftest import ROOT, small_config, wait_for
 from test_apex import apex_config
@@ -46,13 +48,13 @@ MASKABLE = {T.__getitem__, T.__setitem__, T.index_put_, T.index_put, torch.index
 TRANSFERS = {
     impala.vtrace_on_host.__code__,
     impala._join.__code__,  # writes a batch into host memory (pinned for a GPU) and sends it
-    learner_mod.HostWeights.ready.__code__,
-    learner_mod.publishable.__code__,
+    publisher.HostWeights.ready.__code__,
+    publisher.publishable.__code__,
     apex_dqn.HostPriorities.put.__code__,
     apex_dqn.HostPriorities.flush.__code__,
 }
 # Outside the update: logging, checkpoints.
-NOT_THE_UPDATE = {learner_mod.Learner._log.__code__, learner_mod.Learner.save_checkpoint.__code__}
+NOT_THE_UPDATE = {learner_mod.TrainingLog.log.__code__, learner_mod.Learner.save_checkpoint.__code__}
 # Paths taken only for CPU tensors, which reach their memory through numpy: the CNNs' C++
 # cast of uint8 pixels (on a GPU, conv_input is obs.to(dtype)).
 CPU_ONLY = {cnn.conv_input.__code__}

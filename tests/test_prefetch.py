@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from zrl.learner.algorithms import impala
+from zrl.algorithms.impala import algorithm as impala
 from zrl.learner.prefetch import Prefetcher
 from conftest import small_config, wait_for
 

@@ -9,7 +9,7 @@ import pytest
 
 from zrl.actors.streams import ReadyStreams
 from zrl.envs import Step
-from zrl.learner.algorithms.base import Policy, Recorder
+from zrl.algorithms.base import Policy, Recorder
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -213,8 +213,8 @@ def test_a_first_ready_pong_actors_chunks_are_each_envs_frames_in_order(batch):
     from zrl import wire
     from zrl.actors.actor import make_ready_env
     from zrl.config import load_config
-    from zrl.learner import algorithms
-    from zrl.learner.algorithms.base import Sender
+    from zrl import algorithms
+    from zrl.actors.sender import Sender
 
     T, W, G = 6, 2, 3
     cfg = load_config(PONG_CONFIG, [f"actor.num_envs={W * G}", f"actor.env_groups={G}", "actor.env_batching=first_ready",

@@ -251,8 +251,8 @@ def test_the_server_follows_a_learner_restarted_on_new_endpoints(ctx, endpoint, 
         # It dies as a killed process would: no SHUTDOWN on its weights socket (close() sends one,
         # and a server that gets it exits, as actors do).
         first._stop.set()
-        first._receiver.join(5)
-        first._close_sockets()
+        first.receiver.join(5)
+        first.sockets.close()
         moved = serve_config("actor.learner_timeout_s=0.5", f"learner.trajectory_bind={endpoint}-traj2", f"learner.weights_bind={endpoint}-weights2")
         restarted = []
 

@@ -8,8 +8,8 @@ import torch
 from zrl import spaces, wire
 from zrl.config import EnvConfig
 from zrl.envs import GymnasiumVectorEnv
-from zrl.learner import algorithms
-from zrl.learner.algorithms.base import Sender
+from zrl import algorithms
+from zrl.actors.sender import Sender
 from conftest import small_config
 
 OBS = spaces.BoxSpec(shape=(4,), dtype="float32")
@@ -70,7 +70,7 @@ def make_batch(T=3, B=2):
 
 
 def captured_vtrace_inputs(monkeypatch, algo, model, batch):
-    from zrl.learner.algorithms import impala
+    from zrl.algorithms.impala import algorithm as impala
 
     seen = {}
     real = impala.vtrace_on_host

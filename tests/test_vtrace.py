@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from zrl.learner.vtrace import VTraceReturns, from_importance_weights
+from zrl.algorithms.vtrace import VTraceReturns, from_importance_weights
 
 
 def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap, rho_bar=1.0, pg_rho_bar=1.0, c_bar=1.0, lam=1.0):
