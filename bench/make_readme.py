@@ -166,7 +166,7 @@ discards (target on Atari: at least 0.8 of raw). zrl run: learner + n actors
 training (rates from the learner's first batch on), the learner's share of
 time waiting for data, policy lag in updates. learner update: zrl's step from
 wire messages (the learner's `wire.Gate` checks, counted in line though its
-receiver thread runs them; collate; then the learner's own `update_step`:
+receiver thread runs them; collate; then the learner's own `Algorithm.update`:
 loss with the C++ V-trace, backward, clip, the non-finite gradient guard,
 step; weights written into a frame) against a plain PyTorch loop on the
 same batch already in tensors (target: at most 1.10).
@@ -241,7 +241,7 @@ waiting inside `Gate.drain`, before its messages were made in C++."""),
 The same benchmark on an AMD EPYC with AVX2 alone (no AVX-512, VNNI or BF16;
 11-25, 05:22 UTC), with that day's code: the learner's gate refusing NaN and
 infinite floats, the learner-update row timing the learner's own
-`update_step`. There the int8 torso runs in zrl's AVX2 kernel and the
+`Algorithm.update`. There the int8 torso runs in zrl's AVX2 kernel and the
 learner in fp32."""),
     ("learning", """## learning: time to solve CartPole-v1
 

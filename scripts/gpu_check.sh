@@ -44,7 +44,7 @@ fi
 if want tests; then
 step "CUDA tests"
 timeout 300 $PY -m pytest -p no:cacheprovider -q -rA -s -k "cuda or gpu" \
-  tests/test_host_weights.py tests/test_no_host_reads.py tests/test_bench_pipeline.py 2>&1 | tee "$OUT/cuda_tests.log"
+  tests/learner/test_host_weights.py tests/learner/test_no_host_reads.py tests/bench/test_bench_pipeline.py 2>&1 | tee "$OUT/cuda_tests.log"
 fi
 
 if want learner; then

@@ -27,10 +27,9 @@ def _check_endpoint(endpoint: str | None, key: str) -> None:
 def _check_space(d: dict | None, key: str) -> None:
     """A server.*_space spec parses (zrl.spaces, as the agent server will), so a bad one
     fails when the config is loaded, naming its key, not when the server starts."""
-    from zrl import spaces  # lazy: numpy, kept off `zrl --help` and config loading
-
     if d is None:  # the spec of env.id
         return
+    from zrl import spaces  # lazy: numpy, kept off `zrl --help` and config loading
     try:
         spec = spaces.from_json(d)
     except ValueError as e:  # spaces.SpecError

@@ -3,7 +3,7 @@
 // A receiver may leave some of a chunk's rules (finite floats, bounds) to the
 // batch join: the learner reads every byte of a chunk once more when it joins
 // it into a batch, so checking there costs the receiver's thread no pass over
-// the data (see Gate.set_trajectory_checks' at_join). zrl._core.join_checked
+// the data (see Gate.set_trajectory_schema's leave_to_join). zrl._core.join_checked
 // checks the arrays' shapes and dtypes, then calls this without the GIL.
 #pragma once
 

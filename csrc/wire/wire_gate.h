@@ -1,6 +1,6 @@
 // FrameGate: the learner's per-message check of a trajectory frame, in one call.
 //
-// zrl/wire.py's `decode`, the algorithm's schema and its `check_values` are the
+// zrl/protocol's `decode`, the algorithm's schema and its rules are the
 // reference: they give every rejection its reason. They cost ~5 us of Python
 // per message, which is most of the receiver's time for small chunks. But an
 // actor sends the same layout over and over: the same arrays, dtypes, shapes
@@ -106,7 +106,7 @@ class FrameGate {
 // A gate rule applied while copying, for rules a receiver leaves to the batch join
 // (a learner reads every byte of a chunk once more when it joins it into a batch, so
 // checking there costs the receiver's thread no pass over the data; see
-// Gate.set_trajectory_checks' at_join):
+// Gate.set_trajectory_schema's leave_to_join):
 // copies count elements of itemsize bytes (1, 2, 4 or 8) from src to dst and returns
 // whether every one holds the rule: kNone (always), kFinite (itemsize 2, 4 or 8: IEEE
 // half, single or double, no NaN and no infinity) or kBound (each element, read as

@@ -3,9 +3,9 @@
 A recorder (an algorithm's) fills a message in place and hands it here; the
 Sender stamps it with the actor's sender id and a running sequence number and
 sends it through the link's current `Pusher` if it can go without waiting.
-`send_and_carry` is the chunk boundary of a recorder that reuses one frame:
-it sends the chunk and copies its last observation row to the first row of
-the next chunk, in one C++ call where the pusher has the native path.
+A `ChunkSender` is the chunk boundary of a recorder that reuses one frame: it
+sends the chunk and copies its last observation row to the first row of the
+next chunk, in one C++ call where the pusher has the native path.
 Algorithms reach sockets only through this class.
 """
 from __future__ import annotations
@@ -26,8 +26,6 @@ class Sender:
         self.sender_id = sender_id
         self.seq = 0
         self.link = link
-        self._direct: tuple | None = None  # send_and_carry's one-call path for the last message sent
-        self._copier: tuple = (None, None, None)  # (msg, carry, its row copier)
 
     def finish(self, msg: wire.OutMessage, policy_version: int, rows: "wire.Cut | dict[str, int] | None" = None):
         self.seq += 1
@@ -39,40 +37,16 @@ class Sender:
         self.seq += 1
         return wire.encode(kind, arrays, meta, sender_id=self.sender_id, seq=self.seq, policy_version=policy_version)
 
-    def send_and_carry(self, msg: wire.OutMessage, policy_version: int, rows: wire.Cut, carry: tuple[str, int, int]):
-        """Sends `msg` cut to `rows` as `finish` does, then, if its frame is free again (a small
-        frame goes out copied), copies row carry[2] of array carry[0] to row carry[1] in it, so
-        the caller writes its next message in place. Returns (the frame left for the caller to
-        send or None, whether the row was carried: if not, `msg` is still held and the caller
-        needs another). The usual boundary of a small chunk through a C++ pusher is one call."""
-        d = self._direct
-        if d is not None and d[0] is msg and d[1] is rows and self.link.pusher is d[2] and not d[3].closed:
-            _, _, pusher, _, send_frame, address, total, to, frm, n = d
-            seq = self.seq = self.seq + 1
-            buf = msg.buffer  # (not kept in d: a reference to it would count against msg.reusable)
-            err = send_frame(address, buf, total, seq, policy_version, False, to, frm, n)
-            if err == 0:
-                return None, True
-            frame = pusher._retry(msg, buf, err, seq, policy_version, False)  # (no row copied)
-        else:
-            frame = self.finish(msg, policy_version, rows)
-        self._direct = None
-        if not self.carry_row(msg, carry):
-            return frame, False
-        if frame is None and msg._sealed is rows and msg.send_buffer is None:
-            self._direct = self._direct_path(msg, rows, carry)
-        return frame, True
+    def chunk_sender(self, carry: tuple[str, int, int]) -> "ChunkSender":
+        """The chunk boundary of one recorder that reuses its frame (see ChunkSender)."""
+        return ChunkSender(self, carry)
 
     def carry_row(self, msg: wire.OutMessage, carry: tuple[str, int, int]) -> bool:
         """Copies row carry[2] of array carry[0] to row carry[1] within msg's frame, if nothing
         holds the frame any more; returns whether it did."""
         if not msg.reusable():
             return False
-        held, held_carry, copier = self._copier
-        if held is not msg or held_carry != carry:
-            copier = msg.row_copier(*carry)
-            self._copier = (msg, carry, copier)
-        to, last = copier
+        to, last = msg.row_copier(*carry)
         to[:] = last
         return True
 
@@ -84,3 +58,43 @@ class Sender:
             return None
         return (msg, rows, pusher, pusher.sock, pusher._send_frame, pusher.address, msg._total,
                 *msg.layout.row_span(*carry))
+
+
+class ChunkSender:
+    """One recorder's chunk boundary: `send(msg, policy_version, rows)` sends `msg` cut to
+    `rows` through the Sender, then, if its frame is free again (a small frame goes out
+    copied), copies row carry[2] of array carry[0] to row carry[1] in it, so the recorder
+    writes its next chunk in place. Returns (the frame left for the caller to send or None,
+    whether the row was carried: if not, `msg` is still held and the recorder needs
+    another). Once a frame has gone that way, the same frame and cut go out again in one
+    C++ call (send and row copy) while the link's pusher stays the same. One per recorder:
+    the recorders of an actor's env groups share a Sender, each with its own frame."""
+
+    __slots__ = ("sender", "carry", "direct")
+
+    def __init__(self, sender: Sender, carry: tuple[str, int, int]):
+        self.sender = sender
+        self.carry = carry
+        self.direct: tuple | None = None  # (msg, rows, pusher, sock, send_frame, address, total, to, frm, n)
+
+    def send(self, msg: wire.OutMessage, policy_version: int, rows: wire.Cut):
+        d = self.direct
+        if d is not None and d[0] is msg and d[1] is rows:
+            _, _, pusher, sock, send_frame, address, total, to, frm, n = d
+            sender = self.sender
+            if sender.link.pusher is pusher and not sock.closed:
+                seq = sender.seq = sender.seq + 1
+                buf = msg.buffer  # (not kept in d: a reference to it would count against msg.reusable)
+                err = send_frame(address, buf, total, seq, policy_version, False, to, frm, n)
+                if err == 0:
+                    return None, True
+                return self._after(msg, rows, pusher._retry(msg, buf, err, seq, policy_version, False))  # (no row copied)
+        return self._after(msg, rows, self.sender.finish(msg, policy_version, rows))
+
+    def _after(self, msg: wire.OutMessage, rows: wire.Cut, frame):
+        self.direct = None
+        if not self.sender.carry_row(msg, self.carry):
+            return frame, False
+        if frame is None and msg._sealed is rows and msg.send_buffer is None:
+            self.direct = self.sender._direct_path(msg, rows, self.carry)
+        return frame, True

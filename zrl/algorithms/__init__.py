@@ -17,8 +17,12 @@ import pkgutil
 _CONFIGS: dict[str, type] = {}
 
 
+BATCH_SOURCES = ("stream", "replay")  # what the learner can feed an algorithm (zrl.learner.batches)
+
+
 def _discover() -> dict[str, type]:
     if not _CONFIGS:
+        found = {}  # filled whole or not at all: a package that fails to import fails every lookup
         for info in pkgutil.iter_modules(__path__):
             if not info.ispkg:
                 continue
@@ -26,11 +30,19 @@ def _discover() -> dict[str, type]:
             config = getattr(module, "CONFIG", None)
             if config is None:
                 continue
-            name = {f.name: f.default for f in dataclasses.fields(config)}["name"]
-            if name != info.name:
-                raise RuntimeError(f"zrl.algorithms.{info.name}: CONFIG's name is {name!r}; it must be the package's name")
-            _CONFIGS[name] = config
+            found[info.name] = _checked(info.name, config)
+        _CONFIGS.update(found)
     return _CONFIGS
+
+
+def _checked(package: str, config: type) -> type:
+    where = f"zrl.algorithms.{package}.CONFIG"
+    name = {f.name: f.default for f in dataclasses.fields(config)}.get("name")
+    if name != package:
+        raise RuntimeError(f"{where}: its name field defaults to {name!r}; it must be the package's name")
+    if getattr(config, "batch_source", None) not in BATCH_SOURCES:
+        raise RuntimeError(f"{where}: batch_source must be one of {BATCH_SOURCES}, a class attribute")
+    return config
 
 
 def names() -> list[str]:

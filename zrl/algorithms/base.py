@@ -2,12 +2,12 @@
 
 An actor (or the agent server) asks an algorithm for a batched `Policy` and one
 `Recorder` per stream of envs; the recorder writes what was done into frames
-of the algorithm's schema and hands them to its `Sender`, which owns the
-socket. The learner asks it for its schema (checked on receipt), its batch
-source (`batch_source`: fresh chunks joined by `collate`, or a replay filled by
+of the algorithm's schema and hands them to its `Sender`, which sends them.
+The learner asks it for its schema (checked on receipt), its batch source
+(`batch_source`: fresh chunks joined by `collate`, or a replay filled by
 `ingest` and drawn by `sample`), and `update(batch)`, which owns the networks,
 optimisers, schedules and target nets and takes any number of optimiser steps.
-Algorithms never touch a socket.
+Algorithms never send anything themselves.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from zrl.config import Config
 from zrl.cpu import cpu_flags
 from zrl.envs import Step
 from zrl.models import flatten_parameters
+
 
 def _native_bf16(device_type: str) -> bool:
     if device_type == "cuda":
@@ -156,7 +157,7 @@ class ActorAlgo:
 
 class RejectedChunks(Exception):
     """Raised by `Algorithm.collate` when chunks broke a rule it checks as it copies them
-    (`checked_at_join`): `errors` maps the index of each such message to its WireError.
+    (the schema's `at_join` fields): `errors` maps the index of each such message to its WireError.
     The learner counts and drops those and makes the batch again from the rest."""
 
     def __init__(self, errors: dict[int, wire.WireError]):
@@ -232,10 +233,10 @@ class Algorithm:
     def update(self, batch: dict[str, torch.Tensor], env_steps: int) -> dict[str, torch.Tensor]:
         """Trains on one batch; returns its metrics as tensors (read only when logged).
         `env_steps`, the steps received so far, drives the learning-rate schedule."""
+        self.schedule.advance(env_steps)
         loss, stats = self.loss(self.model, batch)
         stats.update(gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm))
         self.after_update(self.model, batch, stats)
-        self.schedule.advance(env_steps)
         return stats
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -286,6 +287,16 @@ class Algorithm:
         """The batch of these chunks on device; RejectedChunks for chunks whose `at_join`
         fields broke their schema's rules as they were copied."""
         raise NotImplementedError
+
+    def joins_schema_checks(self) -> bool:
+        """Whether the `collate` this class runs is the one its schema's `at_join` fields were
+        declared for: the class that defines trajectory_schema defines collate too, or
+        derives from the one that does. A subclass that joins its own way must declare its
+        schema again; until it does, the learner's gate keeps every check."""
+        def owner(name: str) -> type:
+            return next(k for k in type(self).__mro__ if name in vars(k))
+
+        return issubclass(owner("trajectory_schema"), owner("collate"))
 
     # -- learner side: batch_source "replay" (see apex_dqn)
     def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:

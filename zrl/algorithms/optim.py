@@ -2,13 +2,15 @@
 
 `make_optimizer` builds `learner.optimizer` with the config's settings;
 `restore_optimizer` loads a checkpoint's moments but keeps the config's settings;
-`env_step_schedule` is torch's own LambdaLR over env steps (learner.lr_decay_env_steps);
+`EnvStepSchedule` is torch's own LambdaLR over env steps (learner.lr_decay_env_steps);
 `gradient_step` is backward, clip, the non-finite guard and the step, as every
 gradient-based algorithm takes it.
 """
 from __future__ import annotations
 
 from typing import Iterable
+
+import warnings
 
 import torch
 
@@ -46,7 +48,8 @@ def restore_optimizer(opt: torch.optim.Optimizer, state: dict, lc: LearnerConfig
 class EnvStepSchedule:
     """learner.lr_decay_env_steps as torch's LambdaLR: the rate falls linearly with the env
     steps received, from learning_rate to learning_rate * lr_final_scale, and stays there.
-    `advance(env_steps)` after each optimiser step sets the rate of the next one."""
+    `advance(env_steps)` before each optimiser step sets that step's rate (a resumed run's
+    first step too)."""
 
     def __init__(self, opt: torch.optim.Optimizer, lc: LearnerConfig, env_steps: int = 0):
         self.lc = lc
@@ -58,8 +61,16 @@ class EnvStepSchedule:
         return 1.0 - progress * (1.0 - self.lc.lr_final_scale)
 
     def advance(self, env_steps: int) -> None:
-        if self.scheduler is not None:
-            self.env_steps = env_steps
+        if self.scheduler is None:
+            return
+        self.env_steps = env_steps
+        if self.scheduler._step_count > 1:
+            self.scheduler.step()
+            return
+        with warnings.catch_warnings():
+            # The rate follows env steps, not steps taken: setting it before the first
+            # optimiser step is what is meant, not the misuse torch warns of (once).
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
             self.scheduler.step()
 
 

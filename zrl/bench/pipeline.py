@@ -42,6 +42,7 @@ import torch
 
 from zrl import algorithms, spaces, wire
 from zrl.actors.sender import Sender
+from zrl.algorithms.optim import make_optimizer
 from zrl.bench.harness import BenchOptions, BenchResult, run_group
 from zrl.config import load_config
 from zrl.envs import Step, make_vector_env, probe_specs
@@ -217,7 +218,7 @@ def learner_overhead(name: str, cfg, updates: int, device: str = "cpu", from_hos
     host_batch = {k: v.cpu().pin_memory() for k, v in plain_batch.items()} if gpu and from_host else None
     torch.manual_seed(1)
     m1 = algo.build_model().to(device)
-    o1 = torch.optim.Adam(m1.parameters(), lr=1e-4)
+    o1 = make_optimizer(cfg.learner, m1.parameters())  # the learner's optimiser, as its setup makes it
     torch.manual_seed(1)
     trainer = algorithms.get(cfg.algo.name)(cfg, obs_spec, act_spec)
     trainer.setup(device)  # as the learner sets it up: its model in one flat buffer, its optimiser

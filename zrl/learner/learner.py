@@ -123,16 +123,18 @@ class Learner:
         if self._resume is not None:
             self.train_seconds_before = restore(self._resume, algo, self.progress, self._say)
             self.resumed_env_steps = self.progress.env_steps
+        source = None if self.sink else self._make_source(algo)
+        # A stream learner's join checks the schema's at_join fields as it copies them (a sink
+        # trains on nothing, and is measured as the learner it stands for).
+        leave_to_join = algo.batch_source == "stream" and algo.joins_schema_checks()
+        self.gate.set_trajectory_schema(algo.trajectory_schema(self.config.learner.batch_size), leave_to_join=leave_to_join)
         self.flat = algo.flat  # publishing reads this buffer
         self.publisher.attach(self.flat, self.progress.updates)
+        # Set last: the handshake takes specs as built, and a build that failed before here
+        # leaves the learner as it was, to try again on the next hello.
+        self.algo, self.source = algo, source
+        self.receiver.algo, self.receiver.source = algo, source
         self.specs = (obs_spec, action_spec)
-        self.algo = algo
-        if not self.sink:
-            self.source = self._make_source(algo)
-        # A stream learner's join checks the schema's at_join fields as it copies them.
-        self.gate.set_trajectory_schema(algo.trajectory_schema(self.config.learner.batch_size),
-                                        leave_to_join=self.source is not None and self.source.queued)
-        self.receiver.algo, self.receiver.source = algo, self.source
         self._ready.set()
 
     def _make_source(self, algo):

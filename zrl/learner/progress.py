@@ -2,9 +2,8 @@
 
 `Progress` is shared by the receiver thread (env steps, episodes, rejections,
 senders) and the training loop (updates, lag); every field is read and written
-under its lock. `Progress.report` turns a stretch of training into the console
-line and TensorBoard's scalars; the console line keeps its `steps N` field, which
-tools read.
+under its lock; zrl.learner.report turns a stretch of training into the
+console line and TensorBoard's scalars.
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class Report:
         self.metrics.scalars(scalars, env_steps)
         self.metrics.line(
             f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} steps/s  updates {s['updates']:,}  return {self._returns(s)}  "
-            f"lag {self._lag(s)}  queue {queued}/{size}  actors {s['connected']}" + self._rejected(s) + self._backpressure(s)
+            f"lag {self._lag(s)}{self._queue(queued, size)}  actors {s['connected']}" + self._rejected(s) + self._backpressure(s)
         )
 
     def waiting(self, elapsed: float, what: str | None) -> None:
@@ -54,8 +54,8 @@ class Report:
             connected = p.connected(time.monotonic())
         queued, size = self.queue_fill()
         self.metrics.line(
-            f"{elapsed:6.1f}s  steps {env_steps:,}  updates {updates:,}  waiting for {what or 'data'}  "
-            f"queue {queued}/{size}  actors {connected}" + (f"  rejected {rejected}" if rejected else "")
+            f"{elapsed:6.1f}s  steps {env_steps:,}  updates {updates:,}  waiting for {what or 'data'}"
+            f"{self._queue(queued, size)}  actors {connected}" + (f"  rejected {rejected}" if rejected else "")
         )
 
     def _returns(self, s: dict) -> str:
@@ -63,6 +63,10 @@ class Report:
         if self.progress.return_source == "eval":
             ret += f"  eval {s['eval_return']:.1f} ({s['n_eval']} eps)" if s["eval_return"] is not None else "  eval -"
         return ret
+
+    @staticmethod
+    def _queue(queued: int, size: int) -> str:
+        return f"  queue {queued}/{size}" if size else ""  # (a replay learner has no queue)
 
     @staticmethod
     def _lag(s: dict) -> str:

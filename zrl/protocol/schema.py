@@ -65,7 +65,7 @@ class Schema:
 
     def __init__(self, fields: Iterable[Field], fixed: Mapping[str, int] | None = None, bounds: Mapping[str, tuple[int, int]] | None = None,
                  marks: Iterable[Mark] = ()):
-        self.fields = {f.name: dataclasses.replace(f, dtype=np.dtype(f.dtype), shape=tuple(f.shape)) for f in fields}
+        self.fields = {f.name: _typed(f) for f in fields}
         self.fixed = dict(fixed or {})
         self.bounds = dict(bounds or {})
         self.marks = tuple(marks)
@@ -175,6 +175,16 @@ def check_marks(msg: Message, marks) -> None:
             raise WireError(Reason.BAD_VALUE, f"{index} must list each step where {marked} is set, once and in order")
         if a[excluded].reshape(-1).view(np.uint8)[where].any():
             raise WireError(Reason.BAD_VALUE, f"a step both {marked} and {excluded}")
+
+
+def _typed(f: Field) -> Field:
+    """The field with its dtype and shape normalised; ValueError for a rule its dtype cannot have."""
+    f = dataclasses.replace(f, dtype=np.dtype(f.dtype), shape=tuple(f.shape))
+    if f.bound is not None and f.dtype.kind not in "biu":
+        raise ValueError(f"field {f.name}: a bound is for integers and flags, not {f.dtype}")
+    if f.ranged and f.dtype.kind != "f":
+        raise ValueError(f"field {f.name}: low and high are for floats, not {f.dtype}")
+    return f
 
 
 def _resolve(bound: int | str, bindings: Mapping[str, int]) -> int:

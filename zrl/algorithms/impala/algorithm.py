@@ -119,6 +119,7 @@ class ImpalaRecorder(Recorder):
         self.cuts: list[wire.Cut | None] = [None] * (K + 1)
         self.cut0 = self.cuts[0] = self.layout.cut({"final_index": 0, "final_obs": 0})  # (the usual one)
         self.msg = self.layout.allocate()
+        self.chunks = sender.chunk_sender(("obs", 0, self.T))  # the next chunk's first observation is this one's last
         self.t = 0
         self.finals: list[tuple[int, np.ndarray]] = []
         self.chunk_version = 0
@@ -156,11 +157,12 @@ class ImpalaRecorder(Recorder):
         last observation. Returns the frame for the caller to send, if the sender did
         not send it already."""
         msg = self.msg
-        carry = ("obs", 0, self.T)  # the next chunk's first observation is this one's last
-        if len(self.finals) > self.K:
-            frame, carried = self._encode_copy(), self.sender.carry_row(msg, carry)
+        if not self.finals:
+            frame, carried = self.chunks.send(msg, self.chunk_version, self.cut0)
+        elif len(self.finals) > self.K:
+            frame, carried = self._encode_copy(), self.sender.carry_row(msg, self.chunks.carry)
         else:
-            frame, carried = self.sender.send_and_carry(msg, self.chunk_version, self._final_rows(), carry)
+            frame, carried = self.chunks.send(msg, self.chunk_version, self._final_rows())
         if not carried:
             self.msg = self.layout.allocate()
             self.msg.arrays["obs"][0] = msg.arrays["obs"][self.T]
@@ -177,8 +179,6 @@ class ImpalaRecorder(Recorder):
     def _final_rows(self) -> wire.Cut:
         """Writes the truncated episodes' final observations into the frame; the cut that sends them."""
         m = len(self.finals)
-        if not m:
-            return self.cut0
         a = self.msg.arrays
         for i, (idx, o) in enumerate(self.finals):
             a["final_index"][i] = idx
@@ -392,8 +392,7 @@ def _join(parts: list[np.ndarray], axis: int, device: torch.device, bound: int |
     finite, and with a bound every element, read as unsigned, must be below it. For a GPU
     they are written straight into pinned memory (one host copy, where joining and then
     pinning made two: a Pong batch of 32 columns is 19 MB) and sent without waiting for
-    the copy. (The checked copy costs what numpy's join does: 4.5-5.4 us against 7.5 for
-    16 CartPole chunks of 32 envs, 0.96-1.14 ms against 0.98-1.13 for 32 Atari chunks.)"""
+    the copy. The checked copy costs what numpy's join does (bench/TRANSPORT.md)."""
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
     dtype = parts[0].dtype

@@ -2,7 +2,7 @@
 //
 //   [header 48 B][descriptors 80 B x n][meta][pad][array 0][pad][array 1]...
 //
-// every integer little-endian. docs/PROTOCOL.md gives the bytes; zrl/wire.py is
+// every integer little-endian. docs/PROTOCOL.md gives the bytes; zrl/protocol/ is
 // the Python twin. This header is the one C++ statement of the format's
 // constants, shared by libzrl_client (it is installed next to <zrl/client.h>)
 // and by zrl's core (the learner's FrameGate, the actors' native send path).
