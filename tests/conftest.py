@@ -1,30 +1,15 @@
-"""Shared fixtures: a ZeroMQ context, small configs, in-process learner/actor runners."""
+"""Shared fixtures: a ZeroMQ context, an endpoint, in-process learner/actor runners.
+
+The helpers that tests import (small configs, wait_for, Proc, ...) are in helpers.py."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import zmq
 
-from zrl.config import load_config
-
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "configs" / "cartpole_impala.yaml"
-
-
-def wait_for(cond, timeout: float, what: str = "condition", interval: float = 0.01):
-    """Polls `cond()` until it is truthy or the deadline passes (then fails the test)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
-        time.sleep(interval)
+from helpers import Running
 
 
 @pytest.fixture
@@ -40,63 +25,6 @@ def ctx():
 @pytest.fixture
 def endpoint():
     return f"inproc://zrl-test-{uuid.uuid4().hex[:12]}"
-
-
-def good_trajectory(cfg) -> dict:
-    """The arrays of a valid IMPALA chunk for a CartPole config (all zeros)."""
-    import numpy as np
-
-    T, K = cfg.actor.unroll_length, cfg.actor.num_envs
-    return {
-        "obs": np.zeros((T + 1, K, 4), np.float32),
-        "action": np.zeros((T, K), np.int64),
-        "reward": np.zeros((T, K), np.float32),
-        "terminated": np.zeros((T, K), bool),
-        "truncated": np.zeros((T, K), bool),
-        "behaviour_logp": np.zeros((T, K), np.float32),
-        "final_index": np.zeros(0, np.int32),
-        "final_obs": np.zeros((0, 4), np.float32),
-    }
-
-
-def small_config(*overrides: str):
-    """The default config, scaled down for logic tests (fast, small batches)."""
-    base = [
-        "actor.num_envs=4",
-        "actor.unroll_length=5",
-        "learner.batch_size=8",
-        "learner.log_interval_s=0.2",
-        "actor.learner_timeout_s=2",
-        "actor.stats_interval_s=0.05",
-        "run.max_seconds=null",
-        "run.stop_at_return=null",
-    ]
-    return load_config(DEFAULT_CONFIG, [*base, *overrides])
-
-
-class Running:
-    """A component's `run()` on a thread; `join()` re-raises its exception."""
-
-    def __init__(self, target, name):
-        self.result = None
-        self.error: BaseException | None = None
-
-        def body():
-            try:
-                self.result = target()
-            except BaseException as e:  # noqa: BLE001 - reported by join()
-                self.error = e
-
-        self.thread = threading.Thread(target=body, name=name, daemon=True)
-        self.thread.start()
-
-    def join(self, timeout: float):
-        self.thread.join(timeout)
-        if self.thread.is_alive():
-            raise AssertionError(f"{self.thread.name} did not stop within {timeout}s")
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import torch
 
 from zrl import checkpoint
 from zrl.checkpoint import CheckpointError
-from conftest import small_config, wait_for
+from helpers import small_config, wait_for
 
 
 def train_a_little(make_learner, make_actor, cfg, logdir, updates):

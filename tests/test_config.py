@@ -10,7 +10,7 @@ import pytest
 from zrl import algorithms
 from zrl.algorithms.impala import ImpalaConfig
 from zrl.config import Config, ConfigError, config_from_dict, load_config
-from conftest import DEFAULT_CONFIG
+from helpers import DEFAULT_CONFIG
 
 
 def write(tmp_path, text):
@@ -154,7 +154,7 @@ def test_an_override_that_breaks_the_config_is_named_rather_than_the_file(tmp_pa
 
 def _other_paths() -> list[str]:
     """PYTHONPATH's entries other than the checkout (where the dependencies may come from)."""
-    from conftest import ROOT
+    from helpers import ROOT
 
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT.resolve()]
 
@@ -167,7 +167,7 @@ def test_an_installed_package_ships_the_configs_and_finds_its_default(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     lib = tmp_path / "lib"
     subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=ROOT, check=True, capture_output=True, timeout=100)

@@ -16,7 +16,7 @@ from zrl.client import Client, ClientTimeout
 from zrl.keys import generate_keys
 from zrl.server import AgentServer
 from zrl import spaces
-from conftest import ROOT, Running, small_config, wait_for
+from helpers import ROOT, Running, small_config, wait_for
 
 pytestmark = pytest.mark.skipif(not zmq.has("curve"), reason="libzmq was built without CURVE")
 
