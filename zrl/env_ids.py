@@ -9,6 +9,8 @@ import re
 
 from zrl.typed_config import ConfigError
 
+# Accepted spellings: "ALE/Pong-v5", "PongNoFrameskip-v4", "Pong-v4",
+# "PongDeterministic-v4", "Pong", "pong", "ALE/MsPacman-v5", "ms_pacman".
 _ID = re.compile(r"^(?:ALE/)?(?P<game>[A-Za-z0-9_]+?)(?:NoFrameskip|Deterministic)?(?:-v\d+)?$")
 
 

@@ -44,57 +44,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 
 import gymnasium as gym
 import numpy as np
 
 from zrl import spaces
 from zrl.config import ConfigError, EnvConfig
+from zrl.env_ids import is_atari, rom_name
 from zrl.envs.vector import GymnasiumVectorEnv, Step, VectorEnv
 
 log = logging.getLogger("zrl.envs")
 
 __all__ = ["AleVectorEnv", "GymAtariVectorEnv", "is_atari", "rom_name", "make_atari_env", "uses_ale_vector"]
 
-# Accepted spellings: "ALE/Pong-v5", "PongNoFrameskip-v4", "Pong-v4",
-# "PongDeterministic-v4", "Pong", "pong", "ALE/MsPacman-v5", "ms_pacman".
-_ID = re.compile(r"^(?:ALE/)?(?P<game>[A-Za-z0-9_]+?)(?:NoFrameskip|Deterministic)?(?:-v\d+)?$")
-
-
-def _rom_ids() -> dict[str, str] | None:
-    """Normalised name (lowercase, no underscores) -> ale_py ROM id; None without ale_py."""
-    try:
-        from ale_py import roms  # lazy: ale_py is optional (None without it)
-    except ImportError:
-        return None
-    return {r.replace("_", ""): r for r in roms.get_all_rom_ids()}
-
-
-def rom_name(env_id: str) -> str:
-    """The ale_py ROM id (snake_case, e.g. "ms_pacman") of an Atari env id; ValueError if none."""
-    m = _ID.match(env_id)
-    known = _rom_ids()
-    if known is None:
-        raise ConfigError(f"env.id {env_id!r}: Atari needs ale-py (pip install ale-py)")
-    game = known.get(m.group("game").replace("_", "").lower()) if m else None
-    if game is None:
-        raise ConfigError(
-            f"env.id {env_id!r} names no Atari ROM that ale-py has "
-            f"(image observations only; -ram ids go through the plain gymnasium backend)"
-        )
-    return game
-
-
-def is_atari(env_id: str) -> bool:
-    """Whether env_id names an Atari game with image observations (ALE/Pong-v5, PongNoFrameskip-v4, Pong ...)."""
-    if "-ram" in env_id:
-        return False
-    if env_id.startswith("ALE/"):
-        return True  # even without ale-py, so that the user hears it is missing
-    m = _ID.match(env_id)
-    known = _rom_ids()
-    return bool(m and known and m.group("game").replace("_", "").lower() in known)
 
 
 def _with_kwargs(args: dict, cfg: EnvConfig, free: tuple[str, ...], what: str) -> dict:
