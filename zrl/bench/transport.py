@@ -416,7 +416,7 @@ def run(opts: BenchOptions) -> BenchResult:
                  "ratio 95% CI", "zrl CPU us/msg", "raw CPU us/msg", "CPU ratio", BY_THREAD, "raw fresh msg/s",
                  "ratio to fresh"],
     )
-    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 8-20% (its
+    # Many short windows: on a shared 2-vCPU VM one window's rate varies by 8 to 20% (its
     # coefficient of variation) whether it lasts 0.125, 0.25 or 0.5 s, so a row's precision
     # comes from the number of windows. With 15 a side a row's 95% interval was +-0.05 to
     # +-0.1; with 50, +-0.03 to +-0.09 (bench/TRANSPORT.md).
