@@ -37,7 +37,8 @@ stamps from late 11-24 on name the SIMD level, older ones do not),
 other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the replay gets its
 speed), [TRANSPORT.md](TRANSPORT.md) (where transport time goes, and the
 changes it led to) and [PIPELINE.md](PIPELINE.md) (what moved the Pong
-actor's rate, and what did not).
+actor's rate, and what did not). [REDESIGN.md](REDESIGN.md) has every
+benchmark before and after the package redesign of 11-27, side by side.
 """
 
 SECTIONS = [
@@ -241,7 +242,7 @@ waiting inside `Gate.drain`, before its messages were made in C++."""),
 The same benchmark on an AMD EPYC with AVX2 alone (no AVX-512, VNNI or BF16;
 11-25, 05:22 UTC), with that day's code: the learner's gate refusing NaN and
 infinite floats, the learner-update row timing the learner's own
-`Algorithm.update`. There the int8 torso runs in zrl's AVX2 kernel and the
+`update_step` (now `Algorithm.update`). There the int8 torso runs in zrl's AVX2 kernel and the
 learner in fp32."""),
     ("learning", """## learning: time to solve CartPole-v1
 
