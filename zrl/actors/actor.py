@@ -128,20 +128,7 @@ class Actor:
             else:
                 envs = [make_vector_env(cfg.env, width, seed + g * width) for g in range(G)]
             obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
-            try:
-                algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
-                self.model = algo.build_model()
-            except ValueError as e:  # e.g. a CNN for vector observations: the config cannot run here
-                raise ConfigError(f"{cfg.env.id}: {e}") from None
-            precision = resolve_precision(cfg.actor.precision, torch.device("cpu"))
-            if precision == "bf16":
-                # The model itself in bf16: the link casts the weights it receives straight into it.
-                self.model.to(torch.bfloat16)
-            self.model.eval()
-            if use_int8(cfg.actor.int8_torso, self.model, torso=True):
-                precision += ", int8 torso"
-            elif use_int8(cfg.actor.int8_first_conv, self.model):
-                precision += ", int8 first conv"
+            algo, precision = self._build_model(obs_spec, action_spec)
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, obs_spec, action_spec, width)
             self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
                                     send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights,
@@ -174,6 +161,26 @@ class Actor:
                 self.link.finish()
             if self._own_ctx:
                 self.ctx.term()
+
+    def _build_model(self, obs_spec, action_spec):
+        """The algorithm and the acting model (`self.model`) in actor.precision, with the int8
+        paths the config asks for; returns (algorithm, a description of the precision)."""
+        cfg = self.config
+        try:
+            algo = algorithms.get(cfg.algo.name)(cfg, obs_spec, action_spec)
+            self.model = algo.build_model()
+        except ValueError as e:  # e.g. a CNN for vector observations: the config cannot run here
+            raise ConfigError(f"{cfg.env.id}: {e}") from None
+        precision = resolve_precision(cfg.actor.precision, torch.device("cpu"))
+        if precision == "bf16":
+            # The model itself in bf16: the link casts the weights it receives straight into it.
+            self.model.to(torch.bfloat16)
+        self.model.eval()
+        if use_int8(cfg.actor.int8_torso, self.model, torso=True):
+            precision += ", int8 torso"
+        elif use_int8(cfg.actor.int8_first_conv, self.model):
+            precision += ", int8 first conv"
+        return algo, precision
 
     def _loop(self, envs, policy, sender: Sender) -> int:
         """Steps the env groups in turn, every group but one always in flight.

@@ -329,17 +329,7 @@ class Impala(Algorithm):
             values_all = values[: T1 * B].reshape(T1, B)
             final_values = values[T1 * B :] if M else None
         values_t, bootstrap = values_all[:T], values_all[T]
-
-        rewards = batch["reward"].float()
-        if hp.reward_clip is not None:
-            rewards = rewards.clamp(-hp.reward_clip, hp.reward_clip)
-        if hp.reward_scale != 1.0:
-            rewards = rewards * hp.reward_scale
-        discounts = hp.discount * (~batch["terminated"]).float()
-        if M:
-            # Truncated steps: bootstrap from V(final_obs) here, then cut the trace.
-            rewards = rewards.reshape(-1).index_add(0, batch["final_index"], hp.discount * final_values.detach()).reshape(T, B)
-            discounts = discounts.masked_fill(batch["truncated"], 0.0)
+        rewards, discounts = self._rewards_and_discounts(batch, final_values)
 
         head = model.head
         target_logp = head.log_prob(params_t, batch["action"])
@@ -360,6 +350,22 @@ class Impala(Algorithm):
             "vtrace/mean_vs": vt.vs.mean(),
         }
         return loss, stats
+
+    def _rewards_and_discounts(self, batch: dict[str, torch.Tensor], final_values: torch.Tensor | None):
+        """V-trace's rewards (clipped, scaled) and discounts, [T, B]: terminated steps get
+        discount 0; truncated ones bootstrap from V(final_obs) here, then cut the trace."""
+        hp = self.hp
+        rewards = batch["reward"].float()
+        if hp.reward_clip is not None:
+            rewards = rewards.clamp(-hp.reward_clip, hp.reward_clip)
+        if hp.reward_scale != 1.0:
+            rewards = rewards * hp.reward_scale
+        discounts = hp.discount * (~batch["terminated"]).float()
+        if final_values is not None:
+            shape = rewards.shape
+            rewards = rewards.reshape(-1).index_add(0, batch["final_index"], hp.discount * final_values.detach()).reshape(shape)
+            discounts = discounts.masked_fill(batch["truncated"], 0.0)
+        return rewards, discounts
 
 
 def vtrace_on_host(log_rhos, discounts, rewards, values, bootstrap, hp: ImpalaConfig):
