@@ -85,7 +85,9 @@ class Config:
 
     def __post_init__(self):
         width = self.actor.num_envs // self.actor.env_groups  # the columns one chunk fills
-        if self.algo.batch_source != "replay" and self.learner.batch_size % width != 0:
+        if self.algo.batch_source == "version":
+            self._check_synchronous()
+        if self.algo.batch_source == "stream" and self.learner.batch_size % width != 0:
             raise ConfigError(
                 f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
                 f"actor.num_envs / actor.env_groups ({width})"
@@ -99,6 +101,15 @@ class Config:
                 f"({CNN_MIN_SCREEN_WHY[self.model.network]}); got {self.env.screen_size}"
             )
 
+
+    def _check_synchronous(self) -> None:
+        """A synchronous learner (batch_source "version") publishes every update, and each of
+        its actors sends one chunk per version, then waits for the next."""
+        name = self.algo.name
+        check(self.learner.publish_interval == 1, "learner.publish_interval",
+              f"must be 1 with algo.name {name} (its actors wait for each new version); got {self.learner.publish_interval}")
+        check(self.actor.env_groups == 1, "actor.env_groups",
+              f"must be 1 with algo.name {name} (an actor sends one chunk per policy version); got {self.actor.env_groups}")
     def to_dict(self) -> dict[str, Any]:
         d = {name: _to_plain(dataclasses.asdict(getattr(self, name))) for name in ("env", "model", "algo", "actor", "learner", "run", "server", "security")}
         return d

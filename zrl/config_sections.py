@@ -101,6 +101,11 @@ class ModelConfig:
     """CNNs: width of the fully connected layer after the convolutions."""
     lstm_size: int = 0
     """An LSTM core of this size after the torso (0: none)."""
+    normalize_obs: bool = False
+    """Standardise observations with a running mean and variance (clipped to +-10), as
+    Sample Factory's normalize_input does: the learner keeps the statistics from the
+    observations it trains on, sends them with the weights and checkpoints them. MLP
+    torsos (vector observations) only."""
 
     def __post_init__(self):
         check(self.network in ("mlp", "impala_shallow", "impala_deep"), "model.network", f"unknown network {self.network!r} (known: mlp, impala_shallow, impala_deep)")
@@ -110,6 +115,8 @@ class ModelConfig:
         check(self.lstm_size >= 0, "model.lstm_size", "must be >= 0")
         check(all(h > 0 for h in self.hidden_sizes), "model.hidden_sizes", "widths must be > 0")
         check(self.activation in ("tanh", "relu"), "model.activation", "must be tanh or relu")
+        check(not self.normalize_obs or self.network == "mlp", "model.normalize_obs",
+              f"needs model.network mlp (vector observations), not {self.network}")
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ const char* kind_name(Kind kind) {
     case Kind::kStats: return "STATS";
     case Kind::kError: return "ERROR";
     case Kind::kShutdown: return "SHUTDOWN";
+    case Kind::kGradient: return "GRADIENT";
     case Kind::kAct: return "ACT";
     case Kind::kAction: return "ACTION";
     case Kind::kBye: return "BYE";

@@ -143,7 +143,15 @@ def _configs(device: str):
         # The CNNs on real Pong frames (uint8 to float on the learner's device), kept small.
         "pong": load_config(PONG_CONFIG, [*lead, *PONG_SMALL]),
         "pong-deep-lstm": load_config(PONG_CONFIG, [*lead, *PONG_SMALL, "model.network=impala_deep", "model.lstm_size=32"]),
+        # With their statistics: observation and return normalisation update on the device.
+        "ppo": load_config(ROOT / "configs" / "cartpole_ppo.yaml", [*lead, *SMALL, "run.num_actors=1", *NORMALIZED]),
+        "appo": load_config(ROOT / "configs" / "cartpole_appo.yaml", [*lead, *SMALL, "learner.batch_size=8", *NORMALIZED]),
+        "a3c": load_config(ROOT / "configs" / "cartpole_a3c.yaml", [*lead, *SMALL]),
     }
+
+
+SMALL = ["actor.num_envs=4", "actor.unroll_length=5", "run.max_seconds=null", "run.stop_at_return=null"]
+NORMALIZED = ["model.normalize_obs=true", "algo.normalize_returns=true"]
 
 
 PONG_CONFIG = ROOT / "configs" / "pong_impala.yaml"
@@ -181,7 +189,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "impala-prefetch", "apex", "pong", "pong-deep-lstm"])
+@pytest.mark.parametrize("name", ["impala", "impala-lstm", "impala-bf16", "impala-prefetch", "apex", "pong", "pong-deep-lstm",
+                                  "ppo", "appo", "a3c"])
 def test_the_update_loop_reads_nothing_back(name, device, make_learner, make_actor, monkeypatch):
     cfg = _configs(device)[name]
     calls = {"vtrace": 0}

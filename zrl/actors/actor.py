@@ -205,6 +205,9 @@ class Actor:
             self.link.poll_weights()
             step = envs[g].step_wait()
             frames = streams[g].observe(step)  # chunks that found the queue full
+            need = self.recorders[g].version_needed()
+            if need is not None and self.link.policy_version < need:
+                frames = self._wait_for_version(frames, need, stats)
             envs[g].step_async(streams[g].act(step.obs))
             for frame in frames:
                 self.link.send(frame, drop=stats.drop)
@@ -214,6 +217,14 @@ class Actor:
             if self.max_steps is not None and self.env_steps >= self.max_steps:
                 break
         return self.env_steps  # a step still in flight is abandoned: close() stops the env
+
+    def _wait_for_version(self, frames: list, version: int, stats: EpisodeStats) -> list:
+        """A synchronous algorithm's actor: sends its chunk, then waits until the learner has
+        published `version` (it acts with no older one). Returns the frames left to send."""
+        for frame in frames:
+            self.link.send(frame, drop=stats.drop)
+        self.link.wait_for_version(version)
+        return []
 
     def _loop_ready(self, env, streams: ReadyStreams, sender: Sender) -> int:
         """actor.env_batching first_ready: acts on whichever batch of envs finished first.

@@ -205,6 +205,16 @@ class LearnerLink:
         elif self._probe is not None or time.monotonic() - self._weights_at >= self.timeout_s:
             self._watch()
 
+    def wait_for_version(self, version: int) -> None:
+        """Waits until weights of `version` or newer are applied, until stopped, or until the
+        link follows another learner instance (a restarted learner may resume at an older
+        version). The learner's heartbeat keeps the liveness check quiet while it trains; a
+        lost learner is followed as in `poll_weights`. Raises LearnerFinished on SHUTDOWN."""
+        opened = self._opened
+        while self.policy_version < version and not self.stop.is_set() and self._opened == opened:
+            self.sub.poll(100, zmq.POLLIN)
+            self.poll_weights()
+
     def _watch(self) -> None:
         """No weights for a timeout: asks the learner on a thread (the loop goes on), and
         follows it if it restarted (new endpoints, or a new instance on the same ones)."""

@@ -17,7 +17,10 @@ import pkgutil
 _CONFIGS: dict[str, type] = {}
 
 
-BATCH_SOURCES = ("stream", "replay")  # what the learner can feed an algorithm (zrl.learner.batches)
+# What the learner can feed an algorithm (zrl.learner.batches.SOURCES): fresh chunks as they
+# come, a replay, the chunks of exactly one policy version (synchronous PPO), or gradients
+# computed by the actors (A3C).
+BATCH_SOURCES = ("stream", "replay", "version", "gradients")
 
 
 def _discover() -> dict[str, type]:

@@ -98,6 +98,11 @@ class Recorder:
     def observe(self, step: Step) -> list[Any]:
         raise NotImplementedError
 
+    def version_needed(self) -> int | None:
+        """The oldest policy version the next act may use (a synchronous algorithm's recorder
+        asks for a newer one after each chunk; the actor waits for it), or None: any."""
+        return None
+
     def obs_buffer(self) -> np.ndarray | None:
         """Where the next observe() stores step.obs ([K, *obs]), or None if nowhere. A caller
         that assembles the observations row by row (zrl.actors.streams) writes them there and
@@ -201,6 +206,12 @@ class Algorithm:
         copies them (a stream learner's gate then leaves them to it)."""
         raise NotImplementedError
 
+    def gradient_schema(self) -> wire.Schema | None:
+        """What a GRADIENT message must carry (an algorithm whose actors compute gradients,
+        A3C: the gradient, with its norm bound, and what it covers), checked by the learner's
+        gate on receipt like a trajectory; None (the default): the algorithm takes none."""
+        return None
+
     # -- actor side (actors and the agent server)
     def make_policy(self, model: torch.nn.Module, *, actor_index: int, num_actors: int, seed: int) -> Policy:
         raise NotImplementedError
@@ -226,9 +237,10 @@ class Algorithm:
         self.device = device
         self.model = self.build_model().to(device)
         self.flat = flatten_parameters(self.model)  # the buffer publishing reads, before the optimiser
-        self.optimizer = make_optimizer(self.config.learner, self.model.parameters())
+        # (Statistics such as an observation normaliser's are parameters that take no gradient.)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.config.learner, self.params)
         self.schedule = EnvStepSchedule(self.optimizer, self.config.learner, env_steps)
-        self.params = list(self.model.parameters())
 
     def update(self, batch: dict[str, torch.Tensor], env_steps: int) -> dict[str, torch.Tensor]:
         """Trains on one batch; returns its metrics as tensors (read only when logged).
@@ -237,7 +249,17 @@ class Algorithm:
         loss, stats = self.loss(self.model, batch)
         stats.update(gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm))
         self.after_update(self.model, batch, stats)
+        self.observe_inputs(batch)
         return stats
+
+    def observe_inputs(self, batch: dict[str, torch.Tensor]) -> None:
+        """After an update: the model's observation normaliser (model.normalize_obs) takes in
+        the batch's observations, so the next update, and the actors with the next weights,
+        see the new statistics."""
+        norm = getattr(self.model, "obs_norm", None)
+        if norm is not None and "obs" in batch:
+            obs = batch["obs"]
+            norm.update(obs.reshape(-1, norm.mean.numel()))
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Runs the network's forward passes inside `self.autocast(device)` and casts their outputs to float32."""

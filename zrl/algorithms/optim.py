@@ -25,15 +25,27 @@ def optimizer_settings(lc: LearnerConfig) -> dict:
 
 
 def make_optimizer(lc: LearnerConfig, params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-    cls = torch.optim.Adam if lc.optimizer == "adam" else torch.optim.RMSprop
-    return cls(params, **optimizer_settings(lc))
+    params = list(params)
+    if lc.optimizer == "adam":
+        # The fused kernel: one call for all parameters, where the default path runs several
+        # ops per tensor (on small networks most of an update's optimiser time).
+        return torch.optim.Adam(params, fused=_fusable(params), **optimizer_settings(lc))
+    return torch.optim.RMSprop(params, **optimizer_settings(lc))
+
+
+def _fusable(params: list[torch.Tensor]) -> bool:
+    return bool(params) and all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
 
 
 def restore_optimizer(opt: torch.optim.Optimizer, state: dict, lc: LearnerConfig) -> None:
     """Loads a checkpoint's optimiser state (its moments) and puts back the config's settings,
     which load_state_dict would otherwise take from the checkpoint (learning rate, eps, betas)."""
+    fused = [group.get("fused") for group in opt.param_groups]
     opt.load_state_dict(state)
     settings = optimizer_settings(lc)
+    for group, f in zip(opt.param_groups, fused):
+        if f is not None:
+            group["fused"] = f  # how this process steps, not how the checkpoint's did
     for group in opt.param_groups:
         group.update(settings)
         if "initial_lr" in group:  # what a LambdaLR scales: the config's rate, not the checkpoint's

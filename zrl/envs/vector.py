@@ -67,6 +67,10 @@ class GymnasiumVectorEnv(VectorEnv):
         self._term = np.zeros(num_envs, np.bool_)
         self._trunc = np.zeros(num_envs, np.bool_)
         self._discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
+        # A Gaussian policy's samples are unbounded: the env gets them clipped to its bounds
+        # (the recorded action, which the loss scores, stays the sample).
+        space = self.envs[0].action_space
+        self._action_bounds = None if self._discrete else (np.asarray(space.low, np.float32), np.asarray(space.high, np.float32))
 
     def _make_envs(self, cfg: EnvConfig, num_envs: int) -> list:
         import gymnasium as gym  # lazy: slow to import, and only making envs needs it
@@ -93,7 +97,7 @@ class GymnasiumVectorEnv(VectorEnv):
     def step(self, actions: np.ndarray) -> Step:
         obs, rew, term, trunc = self._obs, self._reward, self._term, self._trunc
         final: dict[int, np.ndarray] = {}
-        acts = actions.tolist() if self._discrete else actions
+        acts = actions.tolist() if self._discrete else np.clip(actions, *self._action_bounds)
         for k, env in enumerate(self.envs):
             o, r, te, tr, info = env.step(acts[k])
             rew[k] = r

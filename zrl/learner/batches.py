@@ -10,7 +10,16 @@ batch. With `learner.prefetch_batches` a thread of its own joins batches ahead.
 `ReplayBatches` (batch_source "replay"): the receiver hands chunks to the
 algorithm's replay (`ingest`); the loop draws batches from it (`sample`).
 
-Both give `next(stop_check, idle) -> (batch, policy versions) | None`.
+`VersionBatches` (batch_source "version", learner/version_batches.py): the
+chunks of exactly the current policy version, a rollout at a time (PPO).
+
+`GradientBatches` (batch_source "gradients", learner/gradient_batches.py):
+gradients computed by the actors, one at a time (A3C's parameter server).
+
+All give `next(stop_check, idle) -> (batch, policy versions) | None`; the class
+attributes say how the receiver feeds them (`queued`: into `queue`, else
+`take_chunk`) and whether they join chunks with the algorithm's `collate`
+(`collates`: the gate may then leave the schema's `at_join` rules to it).
 """
 from __future__ import annotations
 
@@ -22,6 +31,7 @@ from typing import Callable
 import torch
 
 from zrl.algorithms.base import Algorithm, RejectedChunks
+from zrl.config import Config
 from zrl.learner.prefetch import Prefetcher
 from zrl.learner.progress import Progress
 
@@ -30,13 +40,14 @@ Batch = tuple[dict, object]  # (the batch on the learner's device, its chunks' p
 
 class StreamBatches:
     queued = True  # the receiver puts chunks into `queue`
+    collates = True
 
-    def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, queue_size: int, batch_size: int):
+    def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, config: Config, stop: threading.Event):
         self.algo = algo
         self.device = device
         self.progress = progress
-        self.batch_size = batch_size
-        self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.batch_size = config.learner.batch_size
+        self.queue: queue.Queue = queue.Queue(maxsize=config.learner.queue_size)
         self.leftover: list = []  # chunks put back: a batch's overflow, or the mates of a rejected chunk
         self.prefetcher: Prefetcher | None = None
 
@@ -124,12 +135,30 @@ class StreamBatches:
 
 
 class ReplayBatches:
-    queued = False  # the receiver hands chunks to `take_chunk`
+    """The receiver adds chunks to the algorithm's replay (`take_chunk`); the loop samples it.
 
-    def __init__(self, algo: Algorithm, device: torch.device, stop: threading.Event):
+    An algorithm whose config has `updates_per_step` (SAC) holds a replay ratio: its `sample`
+    waits while the updates are ahead, and here `room()` is 0 while the env steps received
+    are more than `max_steps_ahead` (None: one chunk per actor) ahead of what the updates
+    allow after `learning_starts`, so the receiver leaves chunks in ZeroMQ and the actors
+    wait. Both count from where this process started (a resumed run refills its replay).
+    """
+
+    queued = False  # the receiver hands chunks to `take_chunk`
+    collates = False
+
+    def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, config: Config, stop: threading.Event):
         self.algo = algo
         self.device = device
+        self.progress = progress
         self.stop = stop
+        hp = config.algo
+        self.ratio: float | None = getattr(hp, "updates_per_step", None)
+        if self.ratio is not None:
+            self.learning_starts = hp.learning_starts
+            self.chunk_steps = config.actor.unroll_length * (config.actor.num_envs // config.actor.env_groups)  # (an agent server's are smaller)
+            self.max_ahead = hp.max_steps_ahead if hp.max_steps_ahead is not None else self.chunk_steps * max(1, config.run.num_actors)
+            self.start = (progress.env_steps, progress.updates)  # (made under progress.lock: the handshake builds the learner)
 
     def start_prefetch(self, depth: int) -> None:
         """A replay learner samples in line."""
@@ -138,7 +167,18 @@ class ReplayBatches:
         pass
 
     def room(self) -> int:
-        return 64
+        """Chunks the receiver may take now: with a replay ratio, as many as stay within
+        max_steps_ahead of it (0 while the actors are that far ahead)."""
+        if self.ratio is None:
+            return 64
+        left = self.max_ahead - self.steps_ahead()
+        return 0 if left <= 0 else min(64, int(-(-left // self.chunk_steps)))  # (whole chunks, rounded up)
+
+    def steps_ahead(self) -> float:
+        """Env steps received beyond what the updates so far allow (negative: the updates are ahead)."""
+        with self.progress.lock:
+            steps, updates = self.progress.env_steps - self.start[0], self.progress.updates - self.start[1]
+        return steps - self.learning_starts - updates / self.ratio
 
     def fill(self) -> tuple[int, int]:
         return 0, 0
@@ -153,3 +193,4 @@ class ReplayBatches:
             self.stop.wait(0.005)
             return None
         return batch, batch.pop("_policy_version", None)
+

@@ -74,8 +74,9 @@ class Handshake:
         B = self.config.learner.batch_size
         if role != "eval" and (not isinstance(K, int) or K < 1):
             raise HelloRefused(f"num_envs {K!r} must be a positive int")
-        if role != "eval" and self.config.algo.batch_source != "replay" and B % K != 0:
-            # (A replay learner samples its batches: a chunk's width need not divide them.)
+        if role != "eval" and self.config.algo.batch_source == "stream" and B % K != 0:
+            # (Only a stream learner fills batches of columns: a replay samples them, and the
+            # other sources take whole rollouts or gradients.)
             raise HelloRefused(f"num_envs {K!r} must divide the learner's batch_size {B}")
         want_hash = self.config.model_hash(obs_spec.to_json(), action_spec.to_json())
         if hello.get("model_hash") != want_hash:

@@ -28,7 +28,7 @@ import zmq
 from zrl import algorithms, spaces, wire
 from zrl.algorithms.base import resolve_precision
 from zrl.config import Config
-from zrl.learner.batches import ReplayBatches, StreamBatches
+from zrl.learner.sources import make_source, source_class
 from zrl.learner.device import check_training_fits, resolve_device
 from zrl.learner.handshake import Handshake
 from zrl.learner.progress import Progress, StatsSum
@@ -123,11 +123,12 @@ class Learner:
         if self._resume is not None:
             self.train_seconds_before = restore(self._resume, algo, self.progress, self._say)
             self.resumed_env_steps = self.progress.env_steps
-        source = None if self.sink else self._make_source(algo)
-        # A stream learner's join checks the schema's at_join fields as it copies them (a sink
-        # trains on nothing, and is measured as the learner it stands for).
-        leave_to_join = algo.batch_source == "stream" and algo.joins_schema_checks()
+        source = None if self.sink else make_source(algo, self.device, self.progress, self.config, self._stop)
+        # A source that joins chunks checks the schema's at_join fields as it copies them (a
+        # sink trains on nothing, and is measured as the learner it stands for).
+        leave_to_join = source_class(algo.batch_source).collates and algo.joins_schema_checks()
         self.gate.set_trajectory_schema(algo.trajectory_schema(self.config.learner.batch_size), leave_to_join=leave_to_join)
+        self.gate.set_gradient_schema(algo.gradient_schema())  # (None: the algorithm's actors send no gradients)
         self.flat = algo.flat  # publishing reads this buffer
         self.publisher.attach(self.flat, self.progress.updates)
         # Set last: the handshake takes specs as built, and a build that failed before here
@@ -136,14 +137,6 @@ class Learner:
         self.receiver.algo, self.receiver.source = algo, source
         self.specs = (obs_spec, action_spec)
         self._ready.set()
-
-    def _make_source(self, algo):
-        lc = self.config.learner
-        if algo.batch_source == "replay":
-            return ReplayBatches(algo, self.device, self._stop)
-        if algo.batch_source == "stream":
-            return StreamBatches(algo, self.device, self.progress, lc.queue_size, lc.batch_size)
-        raise ValueError(f"algo.name {algo.name}: batch source {algo.batch_source!r} is not one the learner has")
 
     def _say(self, text: str) -> None:
         if self.console:
@@ -304,7 +297,10 @@ class TrainingLog:
         self.stats = StatsSum()
 
     def idle(self) -> None:
-        """No data to train on: keep actors' watchdogs fed, and say what we wait for."""
+        """No data to train on: publish weights whose copy has landed since the last update (a
+        synchronous learner's actors wait for them), keep actors' watchdogs fed, and say what
+        we wait for."""
+        self.learner.publisher.publish_ready()
         self.learner.publisher.heartbeat()
         now = time.perf_counter()
         if now - max(self.last_log, self.last_wait_log) >= self.interval:

@@ -43,6 +43,9 @@ class Progress:
         # target on their own episodes), else the actors' own.
         self.return_source = "eval" if config.run.eval_actor else "train"
         self.rejected: collections.Counter[str] = collections.Counter()
+        # Well-formed data the algorithm cannot use (a synchronous learner's chunks of an old
+        # policy version, gradients too stale to apply): counted by reason, not rejected.
+        self.discarded: collections.Counter[str] = collections.Counter()
         self.senders: dict[int, float] = {}
         self.custom: dict[str, float] = {}
         self.lag = LagStats()  # since the last log line
@@ -58,6 +61,10 @@ class Progress:
             n = self.rejected[reason]
         if n <= 5 or n in (10, 100, 1000) or n % 10000 == 0:
             log.warning("rejected message (%s, %d so far): %s", reason, n, detail)
+
+    def discard(self, reason: str, n: int = 1) -> None:
+        with self.lock:
+            self.discarded[reason] += n
 
     def received(self, sender_id: int, env_steps: int) -> None:
         with self.lock:
@@ -153,6 +160,7 @@ class Progress:
                 "env_steps": self.env_steps,
                 "updates": self.updates,
                 "rejected": dict(self.rejected),
+                "discarded": dict(self.discarded),
                 "lag_mean": lag.mean(),
                 "lag_max": lag.max if lag.n else None,
                 "connected": self.connected(time.monotonic()),

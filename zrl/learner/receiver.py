@@ -2,9 +2,10 @@
 
 It decodes and checks every message (`wire.Gate`: the header, the algorithm's
 schema and value rules); a bad one is counted by reason, logged and dropped,
-and never reaches training. Good chunks go to the batch source: a bounded
-queue (when it is full the receiver stops reading PULL, so ZeroMQ's high-water
-marks push back on the actors while hellos are still answered) or the replay.
+and never reaches training. Good chunks (and an A3C actor's gradients) go to
+the batch source: a bounded queue (when it is full the receiver stops reading
+PULL, so ZeroMQ's high-water marks push back on the actors while hellos are
+still answered) or the replay.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from zrl.learner.progress import Progress
 
 log = logging.getLogger("zrl.learner")
 
-DATA_KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})  # what actors send on the PULL socket
+# What actors send on the PULL socket: chunks (or, A3C, gradients) and stats.
+DATA_KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.GRADIENT), int(wire.Kind.STATS)})
 CONTROL_KINDS = frozenset({int(wire.Kind.HELLO)})
 # The receiver waits for data inside the drain (a blocking receive, no poll) and looks at
 # the control socket (hellos) at least this often: a hello waits at most this long.
@@ -74,6 +76,9 @@ class Receiver:
             # the learner cannot take yet stays in ZeroMQ, so actors feel back-pressure.
             source = self.source
             burst = source.room() if source is not None else 64
+            if burst == 0:  # the source holds the actors back: their chunks wait in ZeroMQ
+                self.stop.wait(CONTROL_EVERY_MS / 1000)
+                continue
             for checked in self.gate.drain(self.pull, min(burst, 64), CONTROL_EVERY_MS):
                 item = self._on_data(checked)
                 if item is not None:
@@ -120,12 +125,13 @@ class Receiver:
 
     def _on_data(self, checked):
         """One message as the gate checked it ((message, bindings) or the WireError):
-        stats are recorded here, chunks counted and handed on; returns a chunk for the queue."""
+        stats are recorded here, chunks and gradients counted (their env steps: the algorithm's
+        `env_steps`) and handed on; returns a chunk or gradient for the queue."""
         if isinstance(checked, wire.WireError):
             self.progress.reject(checked.reason.value, checked.detail)
             return None
         msg, bindings = checked
-        if bindings is None:  # STATS, the only other data kind
+        if bindings is None:  # STATS, the only data kind without a schema
             try:
                 self.progress.on_stats(msg)
             except wire.WireError as e:

@@ -40,11 +40,12 @@ class Report:
             "updates": s["updates"],
         })
         scalars.update({f"rejected/{k}": float(v) for k, v in s["rejected"].items()})
+        scalars.update({f"discarded/{k}": float(v) for k, v in s["discarded"].items()})
         scalars.update({f"custom/{k}": v for k, v in s["custom"].items()})
         self.metrics.scalars(scalars, env_steps)
         self.metrics.line(
             f"{elapsed:6.1f}s  steps {env_steps:,}  {fps:,.0f} steps/s  updates {s['updates']:,}  return {self._returns(s)}  "
-            f"lag {self._lag(s)}{self._queue(queued, size)}  actors {s['connected']}" + self._rejected(s) + self._backpressure(s)
+            f"lag {self._lag(s)}{self._queue(queued, size)}  actors {s['connected']}" + self._rejected(s) + self._discarded(s) + self._backpressure(s)
         )
 
     def waiting(self, elapsed: float, what: str | None) -> None:
@@ -76,6 +77,11 @@ class Report:
     def _rejected(s: dict) -> str:
         n = sum(s["rejected"].values())
         return f"  rejected {n}" if n else ""
+
+    @staticmethod
+    def _discarded(s: dict) -> str:
+        n = sum(s["discarded"].values())
+        return f"  discarded {n}" if n else ""
 
     @staticmethod
     def _backpressure(s: dict) -> str:

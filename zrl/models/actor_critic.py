@@ -15,6 +15,7 @@ from zrl.models.cnn import build_cnn_torso
 from zrl.models.heads import CategoricalHead, make_head
 from zrl.models.inputs import preprocess
 from zrl.models.mlp_torso import mlp
+from zrl.models.normalizer import RunningMeanStd
 
 __all__ = ["ActorCritic", "build_actor_critic"]
 
@@ -49,6 +50,7 @@ class ActorCritic(nn.Module):
         self.core = nn.LSTMCell(out, cfg.lstm_size) if self.recurrent else None
         if self.recurrent:
             out = cfg.lstm_size
+        self.obs_norm = RunningMeanStd((self.obs_dim,)) if cfg.normalize_obs else None
         self.head = make_head(out, action_spec)
         self._head_f32: tuple | None = None  # int8_logits: (key, head weights [hidden, n], bias [n]) in float32
         self.value = nn.Linear(out, 1)
@@ -62,7 +64,8 @@ class ActorCritic(nn.Module):
     def _flat(self, obs: torch.Tensor) -> torch.Tensor:
         if self.cnn:
             return obs  # the CNN preprocesses its [N, C, H, W] input itself
-        return preprocess(obs, self.dtype).reshape(obs.shape[0], self.obs_dim)
+        x = preprocess(obs, self.dtype).reshape(obs.shape[0], self.obs_dim)
+        return x if self.obs_norm is None else self.obs_norm(x)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.recurrent:

@@ -45,6 +45,7 @@ class Kind(enum.IntEnum):
     STATS = 5  # named float64 arrays (episode returns, client scalars) -> TensorBoard
     ERROR = 6  # meta: UTF-8 text, raised by the receiver with that text
     SHUTDOWN = 7  # learner -> actors: training is over, exit cleanly
+    GRADIENT = 8  # actor -> learner: a gradient computed on the actor's rollout (A3C); header policy_version
     # Agent server (clients <-> `zrl serve`).
     ACT = 16  # client -> server: observation (+ reward, flags for the previous step)
     ACTION = 17  # server -> client: the action to take

@@ -22,9 +22,10 @@ _TRAJECTORY = Kind.TRAJECTORY  # (a module global is read faster than an enum me
 
 
 class Gate:
-    """A receiver's checks of a data frame: `decode`, then, for TRAJECTORY frames, the
-    algorithm's schema and every per-element rule it declares (finite floats, ranges,
-    bounds, marks: `Schema.check_values`). Raises WireError; returns (message, bindings).
+    """A receiver's checks of a data frame: `decode`, then, for TRAJECTORY frames (and
+    GRADIENT frames, `set_gradient_schema`), the algorithm's schema and every per-element
+    rule it declares (finite floats, ranges, norms, bounds, marks: `Schema.check_values`).
+    Raises WireError; returns (message, bindings).
 
     The first frame of each layout (its descriptor block: names, dtypes, shapes,
     offsets) takes the Python path above. Once one passes, the layout goes to the C++
@@ -47,6 +48,8 @@ class Gate:
         self.max_bytes = max_bytes
         self.allowed_kinds = allowed_kinds
         self.schema: Schema | None = None
+        self.gradient_schema: Schema | None = None
+        self._agreed = False  # a schema has been set: a missing one now means the algorithm takes no such frames
         self._at_join: frozenset[str] = frozenset()
         self._fast = None
         if fast and int(Kind.TRAJECTORY) in allowed_kinds:
@@ -58,20 +61,28 @@ class Gate:
             api = native()
             self._native_drain = api.drain if api is not None else None
 
-    def set_trajectory_schema(self, schema: Schema, leave_to_join: bool = False) -> None:
-        """The schema trajectories must follow, with its rules. leave_to_join: the consumer
+    def set_trajectory_schema(self, schema: Schema | None, leave_to_join: bool = False) -> None:
+        """The schema trajectories must follow, with its rules (None: the algorithm takes no
+        trajectories, and they are refused as unexpected_kind). leave_to_join: the consumer
         joins every chunk with its schema's `at_join` rules checked (a stream learner's
         `Algorithm.collate`), so this gate leaves those fields' finite and bound rules to
         it; their marks stay here."""
         self.schema = schema
-        self._at_join = schema.join_fields if leave_to_join else frozenset()
+        self._agreed = True
+        self._at_join = schema.join_fields if schema is not None and leave_to_join else frozenset()
         if self._fast is not None:
             self._fast.clear()
         self._layouts = []
         self._blocks.clear()
 
+    def set_gradient_schema(self, schema: Schema | None) -> None:
+        """The schema GRADIENT frames must follow (an actor's gradient: `Algorithm.gradient_schema`),
+        or None: the algorithm takes none. They are always checked here, in Python."""
+        self.gradient_schema = schema
+        self._agreed = True
+
     def check(self, frame) -> tuple[Message, dict[str, int] | None]:
-        """The message, and its schema bindings (None for a kind other than TRAJECTORY)."""
+        """The message, and its schema bindings (None for a kind without a schema: STATS)."""
         buf = frame.buffer if hasattr(frame, "buffer") else frame
         fast = self._fast
         if fast is not None:
@@ -80,15 +91,28 @@ class Gate:
                 return _vouched(self._layouts, buf, *hit)
         msg = decode(buf, self.max_bytes, self.allowed_kinds)
         if msg.kind != Kind.TRAJECTORY:
-            return msg, None
+            return (msg, self._check_gradient(msg)) if msg.kind == Kind.GRADIENT else (msg, None)
         if self.schema is None:
-            raise WireError(Reason.NOT_READY, "trajectory before any hello agreed the specs")
+            raise self._no_schema("trajectory")
         schema = self.schema
         bindings = schema.check(msg)
         schema.check_values(msg, bindings, self._at_join)
         if fast is not None and schema.vouchable and msg.infos:
             self._register(buf, msg, bindings)
         return msg, bindings
+
+    def _check_gradient(self, msg: Message) -> dict[str, int]:
+        schema = self.gradient_schema
+        if schema is None:
+            raise self._no_schema("gradient")
+        bindings = schema.check(msg)
+        schema.check_values(msg, bindings)
+        return bindings
+
+    def _no_schema(self, what: str) -> WireError:
+        if not self._agreed:
+            return WireError(Reason.NOT_READY, f"{what} before any hello agreed the specs")
+        return WireError(Reason.UNEXPECTED_KIND, f"a {what} message, which this learner's algorithm does not take")
 
     def drain(self, sock, max_msgs: int, wait_ms: int = 0) -> list:
         """Up to max_msgs messages from a pyzmq socket, each checked: a list of

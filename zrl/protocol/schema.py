@@ -2,13 +2,13 @@
 
 A field has a dtype, a shape whose dims may be symbols (T, K, "T+1"), and
 per-element rules: floats must be finite, and may be held to a range
-(`low`, `high`); integers and flags may be held below a `bound` (read as
-unsigned, so a negative value reads as huge), an int or a product of dims
-("T*K"). `Mark`s tie an index array to the flags it lists. `at_join` marks
-the fields whose per-element rules a stream learner checks as it joins them
-into a batch rather than on receipt. The learner's gate and the batch join
-read these rules; an algorithm writes no checking code. Each check raises
-WireError.
+(`low`, `high`) or, as a whole array, to an L2 norm (`max_norm`); integers
+and flags may be held below a `bound` (read as unsigned, so a negative value
+reads as huge), an int or a product of dims ("T*K"). `Mark`s tie an index
+array to the flags it lists. `at_join` marks the fields whose per-element
+rules a stream learner checks as it joins them into a batch rather than on
+receipt. The learner's gate and the batch join read these rules; an
+algorithm writes no checking code. Each check raises WireError.
 """
 from __future__ import annotations
 
@@ -39,10 +39,12 @@ class Field:
     low_open: bool = False
     at_join: bool = False
     """Its per-element rules (finite, bound) may be left to the join that copies it into a batch."""
+    max_norm: float | None = None
+    """Floats: the L2 norm of the whole array is at most this (an actor's gradient)."""
 
     @property
     def ranged(self) -> bool:
-        return self.low is not None or self.high is not None
+        return self.low is not None or self.high is not None or self.max_norm is not None
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class Schema:
         self.bounds = dict(bounds or {})
         self.marks = tuple(marks)
         self.join_fields = frozenset(f.name for f in self.fields.values() if f.at_join)
-        # The C++ gate checks finite floats, bounds and marks; a range keeps frames on the Python path.
+        # The C++ gate checks finite floats, bounds and marks; a range or a norm keeps frames on the Python path.
         self.vouchable = not any(f.ranged for f in self.fields.values())
         # Accepted layouts by id of decode's cached infos tuple (kept alive here, so the id
         # stays its own): hashing 8 frozen dataclasses per message costs more than the check.
@@ -125,8 +127,8 @@ class Schema:
         return bounds or None, marks or None
 
     def check_values(self, msg: Message, bindings: Mapping[str, int], skip: Collection[str] = ()) -> None:
-        """Every per-element rule: finite floats, ranges, bounds, then marks; the finite and
-        bound rules of the fields in `skip` are left to a later check (a checked join)."""
+        """Every per-element rule: finite floats, ranges and norms, bounds, then marks; the
+        finite and bound rules of the fields in `skip` are left to a later check (a checked join)."""
         check_finite(msg, skip)
         for f in self.fields.values():
             if f.ranged:
@@ -183,7 +185,7 @@ def _typed(f: Field) -> Field:
     if f.bound is not None and f.dtype.kind not in "biu":
         raise ValueError(f"field {f.name}: a bound is for integers and flags, not {f.dtype}")
     if f.ranged and f.dtype.kind != "f":
-        raise ValueError(f"field {f.name}: low and high are for floats, not {f.dtype}")
+        raise ValueError(f"field {f.name}: low, high and max_norm are for floats, not {f.dtype}")
     return f
 
 
@@ -198,6 +200,12 @@ def _resolve(bound: int | str, bindings: Mapping[str, int]) -> int:
 
 def _check_range(a: np.ndarray, f: Field) -> None:
     if not a.size:
+        return
+    if f.max_norm is not None:
+        norm = float(np.linalg.norm(a.reshape(-1).astype(np.float64, copy=False)))  # (float64: no overflow to inf)
+        if not norm <= f.max_norm:
+            raise WireError(Reason.BAD_VALUE, f"{f.name} has norm {norm:.4g}, above {f.max_norm:g}")
+    if f.low is None and f.high is None:
         return
     lo, hi = a.min(), a.max()
     if f.low is not None and (lo <= f.low if f.low_open else lo < f.low):

@@ -36,12 +36,15 @@ from zrl import algorithms, checkpoint, spaces, transport, wire
 from zrl.actors.link import HelloError, HelloProbe, LearnerFinished, LearnerLink, hello_meta
 from zrl.actors.sender import Sender
 from zrl.algorithms.base import Recorder
-from zrl.config import Config
+from zrl.config import Config, ConfigError
 from zrl.envs import Step, probe_specs
 
 log = logging.getLogger("zrl.server")
 
 FIRST, LAST, TRUNCATED = 1, 2, 4
+# Learners the server can feed: its clients act at their own pace, so it cannot hold them
+# to one policy version (PPO), and it computes no gradients (A3C).
+SERVABLE_SOURCES = ("stream", "replay")
 REQUEST_KINDS = frozenset({int(wire.Kind.HELLO), int(wire.Kind.ACT), int(wire.Kind.STATS), int(wire.Kind.BYE)})
 
 
@@ -107,6 +110,10 @@ class AgentServer:
         checkpoint_path: str | None = None,
         seed: int | None = None,
     ):
+        if learner is not None and config.algo.batch_source not in SERVABLE_SOURCES:
+            raise ConfigError(f"algo.name: {config.algo.name} trains from actors of its own (its batch source is "
+                              f"{config.algo.batch_source!r}); the agent server feeds {' or '.join(SERVABLE_SOURCES)} "
+                              f"learners: impala, appo, apex_dqn or sac")
         self.config = config
         self.sc = config.server
         self.learner_endpoint = learner

@@ -198,11 +198,13 @@ class ImpalaRecorder(Recorder):
 
 class Impala(Algorithm):
     name = "impala"
+    config_class: type = ImpalaConfig  # what config.algo must be (a subclass's own config)
+
     def __init__(self, config: Config, obs_spec: spaces.Spec, action_spec: spaces.Spec):
         super().__init__(config, obs_spec, action_spec)
-        if not isinstance(config.algo, ImpalaConfig):
-            raise ValueError("Impala needs an ImpalaConfig in config.algo")
-        self.hp: ImpalaConfig = config.algo
+        if not isinstance(config.algo, self.config_class):
+            raise ValueError(f"{type(self).__name__} needs a {self.config_class.__name__} in config.algo")
+        self.hp = config.algo
         self._joined_schema: wire.Schema | None = None  # the rules collate checks
 
     def build_model(self) -> ActorCritic:
@@ -299,8 +301,10 @@ class Impala(Algorithm):
             raise RejectedChunks(errors)
         return batch
 
-    def loss(self, model: ActorCritic, batch: dict[str, torch.Tensor]):
-        hp = self.hp
+    def forward(self, model: ActorCritic, batch: dict[str, torch.Tensor]):
+        """The network over a batch, in float32: policy parameters [T, B, P], values [T + 1, B]
+        (the last row bootstraps) and the values of truncated episodes' final observations
+        [M] (None when there are none)."""
         obs, final_obs = batch["obs"], batch["final_obs"]
         T1, B = obs.shape[:2]
         T = T1 - 1
@@ -317,17 +321,19 @@ class Impala(Algorithm):
                     idx = batch["final_index"]
                     state = (h_all[:T].reshape(T * B, -1)[idx], c_all[:T].reshape(T * B, -1)[idx])
                     final_values = model.value_after(final_obs, state).float()
-            params_t, values_all = params_all[:T].float(), values_all.float()
-        else:
-            flat = obs.reshape(T1 * B, *obs.shape[2:])
-            if M:
-                flat = torch.cat([flat, final_obs], 0)
-            with self.autocast(obs.device):
-                params, values = model(flat)
-            params, values = params.float(), values.float()
-            params_t = params[: T * B].reshape(T, B, -1)
-            values_all = values[: T1 * B].reshape(T1, B)
-            final_values = values[T1 * B :] if M else None
+            return params_all[:T].float(), values_all.float(), final_values
+        flat = obs.reshape(T1 * B, *obs.shape[2:])
+        if M:
+            flat = torch.cat([flat, final_obs], 0)
+        with self.autocast(obs.device):
+            params, values = model(flat)
+        params, values = params.float(), values.float()
+        return params[: T * B].reshape(T, B, -1), values[: T1 * B].reshape(T1, B), (values[T1 * B :] if M else None)
+
+    def loss(self, model: ActorCritic, batch: dict[str, torch.Tensor]):
+        hp = self.hp
+        params_t, values_all, final_values = self.forward(model, batch)
+        T = params_t.shape[0]
         values_t, bootstrap = values_all[:T], values_all[T]
         rewards, discounts = self._rewards_and_discounts(batch, final_values)
 
@@ -351,15 +357,20 @@ class Impala(Algorithm):
         }
         return loss, stats
 
-    def _rewards_and_discounts(self, batch: dict[str, torch.Tensor], final_values: torch.Tensor | None):
-        """V-trace's rewards (clipped, scaled) and discounts, [T, B]: terminated steps get
-        discount 0; truncated ones bootstrap from V(final_obs) here, then cut the trace."""
+    def shape_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """The rewards the loss sees: clipped (algo.reward_clip), then scaled (algo.reward_scale)."""
         hp = self.hp
-        rewards = batch["reward"].float()
         if hp.reward_clip is not None:
             rewards = rewards.clamp(-hp.reward_clip, hp.reward_clip)
         if hp.reward_scale != 1.0:
             rewards = rewards * hp.reward_scale
+        return rewards
+
+    def _rewards_and_discounts(self, batch: dict[str, torch.Tensor], final_values: torch.Tensor | None):
+        """V-trace's rewards (clipped, scaled) and discounts, [T, B]: terminated steps get
+        discount 0; truncated ones bootstrap from V(final_obs) here, then cut the trace."""
+        hp = self.hp
+        rewards = self.shape_rewards(batch["reward"].float())
         discounts = hp.discount * (~batch["terminated"]).float()
         if final_values is not None:
             shape = rewards.shape

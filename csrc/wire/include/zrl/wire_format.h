@@ -63,13 +63,14 @@ enum class Kind : uint16_t {
   kStats = 5,
   kError = 6,
   kShutdown = 7,
+  kGradient = 8,  // actor -> learner: a gradient computed on the actor's rollout (A3C)
   kAct = 16,
   kAction = 17,
   kBye = 18,
 };
 
 constexpr bool is_known_kind(uint16_t kind) {
-  return (kind >= static_cast<uint16_t>(Kind::kHello) && kind <= static_cast<uint16_t>(Kind::kShutdown)) ||
+  return (kind >= static_cast<uint16_t>(Kind::kHello) && kind <= static_cast<uint16_t>(Kind::kGradient)) ||
          (kind >= static_cast<uint16_t>(Kind::kAct) && kind <= static_cast<uint16_t>(Kind::kBye));
 }
 
