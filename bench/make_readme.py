@@ -3,6 +3,9 @@
 
     zrl bench all --out bench/out && python bench/make_readme.py
 
+(`zrl bench all` runs the learning benchmark's CartPole task; its other tasks run with
+`zrl bench learning --task NAME`: RUN_COMMANDS.)
+
 Each section is the text below followed by bench/out/NAME.md as `zrl bench`
 wrote it (machine, date, table, notes). A benchmark with no output yet says so.
 """
@@ -253,6 +256,19 @@ rl-baselines3-zoo's CartPole-v1 hyper-parameters in the same run. Ape-X
 counts a greedy evaluation actor's episodes. Issue 2's aim: under 10 s
 including start-up.
 
+`zrl bench learning` is this task (`--task cartpole`, the default); the
+other tasks follow, each in a sitting of its own (`--task NAME`; `--seeds
+1,2,3` sets the seeds). In a sitting every system runs seed 1, then every
+system seed 2, and so on. A config that does not exist yet, does not load,
+or trains another env is skipped with a note, and so is a task whose env
+needs an extra that is not installed (`pip install -e .[box2d]`,
+`.[mujoco]`). The targets of the newer configs, judged in the `met`
+column (`ratio`: the row's median time over the reference's):
+- `cartpole_ppo`: every seed faster than `cartpole_impala` in the same
+  sitting, and a median at most 0.4 of SB3 PPO's;
+- `cartpole_appo`: every seed within 60 s; `cartpole_a3c`: within 90 s
+  (beside `cartpole_impala`).
+
 The table at the end of this section is a run of 11-27 at 13:08 UTC, while
 the machine was in a slow phase (SB3 took 15.4-21.4 s, against 10.4 on
 11-24): `cartpole_impala` took a median of 7.82 s (6.2-10.0) against SB3's
@@ -345,6 +361,33 @@ and, about one run in 30-50, a collapse to a deterministic policy with a
 return of 9 that never recovers. The test suite's learning test (400 within
 300 s) survived stalls but not a collapse; it failed once in local runs,
 never in CI."""),
+    ("learning_pendulum", """## learning: time to a mean return of -200 on Pendulum-v1
+
+`zrl bench learning --task pendulum`: as for CartPole, the wall time from
+the command's start and env steps until the mean return of the last 20
+training episodes reaches -200, seeds 1-3, for `configs/pendulum_sac.yaml`
+beside Stable-Baselines3 SAC with rl-baselines3-zoo's Pendulum-v1 settings
+(learning rate 1e-3, SB3's defaults otherwise), which stops at the same rule
+and may run past the zoo's 20k steps. Target: a median at most 0.7 of SB3
+SAC's (`ratio`)."""),
+    ("learning_lunarlander", """## learning: time to a mean return of 200 on LunarLander-v3
+
+`zrl bench learning --task lunarlander` (needs `pip install -e .[box2d]`):
+the time until the mean return of the last 100 training episodes reaches
+200, seeds 1-3, for `configs/lunarlander_ppo.yaml`, beside Stable-Baselines3
+PPO with rl-baselines3-zoo's LunarLander-v3 settings (16 envs, n_steps 1024,
+batch 64, 4 epochs, gamma 0.999, GAE 0.98, entropy 0.01; it also stops at
+the zoo's 1M steps). Each run is capped at 30 minutes. Target: every seed
+within 10 minutes."""),
+    ("learning_halfcheetah", """## learning: HalfCheetah after 15 minutes
+
+`zrl bench learning --task halfcheetah` (needs `pip install -e .[mujoco]`):
+`configs/halfcheetah_sac.yaml` and Stable-Baselines3 SAC with
+rl-baselines3-zoo's HalfCheetah settings (learning_starts 10k, SB3's
+defaults otherwise) each train for 15 minutes on HalfCheetah-v5, seeds 1
+and 2, one run after another on the same machine, then play 5 greedy
+episodes (zrl: `zrl eval` of the last checkpoint, SB3: `predict(...,
+deterministic=True)`). The table gives their mean returns side by side."""),
     ("pong", """## pong: a short IMPALA run on Pong
 
 `configs/pong_impala.yaml` (shallow CNN; 2 actors x 24 envs, the policy
@@ -515,6 +558,13 @@ Growth compares the first and last fifths of the samples after a warm-up
 (the first fifth of the run). Target (issue 6): under 5%."""),
 ]
 
+# The sections whose output another command than `zrl bench NAME` writes.
+RUN_COMMANDS = {
+    "learning_pendulum": "zrl bench learning --task pendulum",
+    "learning_lunarlander": "zrl bench learning --task lunarlander",
+    "learning_halfcheetah": "zrl bench learning --task halfcheetah",
+}
+
 
 def main() -> None:
     parts = [INTRO]
@@ -525,7 +575,7 @@ def main() -> None:
             body = md.read_text().split("\n", 1)[1].strip()  # drop its own title line
             parts.append(body)
         else:
-            parts.append(f"(no output yet: run `zrl bench {name} --out bench/out`)")
+            parts.append(f"(no output yet: run `{RUN_COMMANDS.get(name, f'zrl bench {name}')} --out bench/out`)")
         if (OUT / f"{name}.png").exists():
             parts.append(f"![{name}](out/{name}.png)")
     (HERE / "README.md").write_text("\n\n".join(parts) + "\n")

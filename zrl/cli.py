@@ -6,6 +6,7 @@ children run this same command line (zrl.launch.processes).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -271,6 +272,24 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
     click.echo(f"mean return {result['mean_return']:.2f} over {result['episodes']} episodes (min {result['min_return']:.1f}, max {result['max_return']:.1f}, {'sampled' if sample else 'greedy'})")
 
 
+# The tasks of `zrl bench learning --task` (zrl.bench.learning.TASKS, the first its default), named
+# here so that `zrl --help` imports no benchmark; tests/bench/test_bench_learning.py holds them equal.
+LEARNING_TASKS = ("cartpole", "pendulum", "lunarlander", "halfcheetah")
+
+
+def _seed_list(ctx, param, value):
+    """--seeds 1,2,3 -> (1, 2, 3)."""
+    if value is None:
+        return None
+    try:
+        seeds = tuple(int(s) for s in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated integers, e.g. 1,2,3") from None
+    if len(set(seeds)) != len(seeds):
+        raise click.BadParameter(f"{value!r}: a seed given twice")
+    return seeds
+
+
 @main.command(help=f"Run benchmark NAME ({', '.join(BENCHMARKS)}) or all of them, side by side with their references; bench/README.md says what each measures.")
 @click.argument("name", type=click.Choice([*BENCHMARKS, "all"]), metavar="NAME")
 @click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
@@ -279,16 +298,29 @@ def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
 @click.option("--seconds", type=click.FloatRange(min=10), default=None,
               help="Length of the timed runs of pong and soak (default 600; --quick: 90 and 40). A slower CPU "
                    "needs longer to see Pong's return rise: bench/README.md.")
-def bench(name, out, quick, repeats, seconds):
+@click.option("--task", type=click.Choice(LEARNING_TASKS), default=None,
+              help=f"learning only: the env and configs to measure (default {LEARNING_TASKS[0]}); each writes "
+                   "learning_TASK.json (cartpole: learning.json).")
+@click.option("--seeds", default=None, callback=_seed_list, metavar="S[,S...]",
+              help="learning only: the seeds (default: the task's own; --quick: its first).")
+def bench(name, out, quick, repeats, seconds, task, seeds):
     from zrl.bench.runner import check_seconds, run_benchmarks  # lazy: the harness (subprocess, statistics) would slow every command's start-up
 
     try:
         check_seconds(name, seconds)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if name != "learning" and (task is not None or seeds is not None):
+        raise click.UsageError(f"--task and --seeds choose what the learning benchmark runs; {name} has neither")
+    selection = contextlib.nullcontext()
+    if name == "learning":
+        from zrl.bench.learning import chosen  # lazy: imports tensorboard
+
+        selection = chosen(task or LEARNING_TASKS[0], seeds)
     _sigterm_as_interrupt()
     try:
-        run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
+        with selection:
+            run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
     except BenchUnavailable as e:
         raise click.ClickException(str(e)) from None
 
