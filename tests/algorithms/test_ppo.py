@@ -146,3 +146,10 @@ def test_ppo_learns_cartpole(tmp_path):
     assert proc.wait(150) == 0, proc.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reached"] is True, summary
+
+
+def test_the_agent_server_refuses_a_synchronous_learner():
+    from zrl.server.server import AgentServer
+
+    with pytest.raises(ConfigError, match="algo.name: ppo"):
+        AgentServer(ppo_config(), "inproc://zrl-test-serve-ppo", learner="inproc://zrl-test-learner-ppo")
