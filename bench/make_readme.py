@@ -269,11 +269,17 @@ column (`ratio`: the row's median time over the reference's):
 - `cartpole_appo`: every seed within 60 s; `cartpole_a3c`: within 90 s
   (beside `cartpole_impala`).
 
-The table at the end of this section is a run of 11-27 at 13:08 UTC, while
-the machine was in a slow phase (SB3 took 15.4-21.4 s, against 10.4 on
-11-24): `cartpole_impala` took a median of 7.82 s (6.2-10.0) against SB3's
-19.7 s in the same run, 0.40 of SB3's time (0.36 in a run at noon, 9.12 s
-against 25.2; 0.47 on 11-24, 4.92 s against 10.38 s).
+The table at the end of this section is a run of 11-27 at 21:58 UTC, while
+the machine was in a very slow phase (SB3 took 39.7-57.7 s, against 15.4-21.4
+at 13:08 the same day and 10.4 on 11-24): `cartpole_impala` took a median of
+16.45 s against SB3's 49.1 s in the same run, 0.34 of SB3's time (0.40 at
+13:08, 7.82 s against 19.7; 0.47 on 11-24, 4.92 s against 10.38 s).
+PPO took 0.49 of SB3's time on 191k env steps (SB3: 69.5k): it is
+synchronous, so its actors wait while it trains (about four fifths of a
+rollout's wall time on this machine, 12 minibatch steps of about 5 ms), and
+the 100-episode window needs about 50k steps of a solved policy either way.
+Its two targets (0.4 of SB3, faster than IMPALA on each seed) are not met.
+APPO (17-20 s) and A3C (11-14 s) met theirs.
 
 **The curves** (learning.png below, drawn since 11-27: each seed's mean
 return against seconds from its start and against env steps) show what the
@@ -378,7 +384,14 @@ the time until the mean return of the last 100 training episodes reaches
 PPO with rl-baselines3-zoo's LunarLander-v3 settings (16 envs, n_steps 1024,
 batch 64, 4 epochs, gamma 0.999, GAE 0.98, entropy 0.01; it also stops at
 the zoo's 1M steps). Each run is capped at 30 minutes. Target: every seed
-within 10 minutes."""),
+within 10 minutes.
+
+The bench has not had a sitting yet (the reference's 1M steps take most of
+an hour per seed here). zrl alone, `zrl run --config
+configs/lunarlander_ppo.yaml --seed S` on 11-27 (AVX2 EPYC, 2 vCPUs; seeds 2
+and 3 beside a test-suite run): 194 s (1.26M env steps), 309 s (1.61M) and
+221 s (0.83M) to the 100-episode mean of 200, every seed within the 10
+minutes."""),
     ("learning_halfcheetah", """## learning: HalfCheetah after 15 minutes
 
 `zrl bench learning --task halfcheetah` (needs `pip install -e .[mujoco]`):

@@ -68,6 +68,7 @@ def test_return_normalisation_keeps_running_statistics_in_the_checkpoint():
     assert torch.equal(fresh.returns.mean, algo.returns.mean) and torch.equal(fresh.target_flat, algo.target_flat)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_appo_learns_cartpole(tmp_path):
     proc = Proc(["run", "--config", str(APPO_CONFIG), "--seed", "1", "--logdir", str(tmp_path / "run"),

@@ -139,6 +139,7 @@ def test_actors_wait_for_each_version_and_a_dead_actor_does_not_stall_training(m
     assert actors[0][0].policy_version >= at_death + 9
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ppo_learns_cartpole(tmp_path):
     proc = Proc(["run", "--config", str(PPO_CONFIG), "--seed", "1", "--logdir", str(tmp_path / "run"),
