@@ -6,6 +6,7 @@ than one test file needs lives here rather than in one test file that others imp
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -145,6 +146,17 @@ class Proc:
                 c.kill()
             self.p.kill()
             self.p.wait()
+
+
+def run_to_return(config, target: float, logdir: Path, max_seconds: float = 120) -> dict:
+    """`zrl run` of a shipped config (seed 1) until its mean return reaches target; asserts it
+    did, and returns summary.json (the learning tests: the real CLI, a modest bound)."""
+    run = Proc(["run", "--config", str(config), "--seed", "1", "--logdir", str(logdir), "--stop-at-return", str(target),
+                "--max-seconds", str(max_seconds)])
+    assert run.wait(max_seconds + 30) == 0, run.output[-3000:]
+    summary = json.loads((Path(logdir) / "summary.json").read_text())
+    assert summary["reached"] is True and summary["final_mean_return"] >= target, summary
+    return summary
 
 
 # --- The learner's gate, and frames for it -----------------------------------------------

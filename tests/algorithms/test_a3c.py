@@ -2,7 +2,6 @@
 gradient against a plain recomputation, and CartPole learned through `zrl run`."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from zrl.config import load_config
 from zrl.envs import Step
 from zrl.learner.receiver import DATA_KINDS
 from zrl.models import flatten_parameters
-from helpers import ROOT, Proc, good_trajectory, small_config, wait_for
+from helpers import ROOT, good_trajectory, run_to_return, small_config, wait_for
 
 OBS = spaces.BoxSpec((4,), "float32")
 ACT = spaces.DiscreteSpec(2)
@@ -254,8 +253,4 @@ def test_a3c_is_refused_by_an_impala_config_and_takes_no_trajectories():
 @pytest.mark.timeout(150)
 def test_a3c_config_learns_cartpole(tmp_path):
     """The learning test: the real CLI, the shipped config, 2 actors, a modest bound."""
-    run = Proc(["run", "--config", str(CONFIG), "--seed", "1", "--logdir", str(tmp_path), "--stop-at-return", "150",
-                "--max-seconds", "100"])
-    assert run.wait(130) == 0, run.output[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["reached"] is True and summary["final_mean_return"] >= 150, summary
+    run_to_return(CONFIG, 150, tmp_path, max_seconds=100)

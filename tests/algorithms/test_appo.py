@@ -2,13 +2,12 @@
 clipped surrogate against it, return normalisation, and learning CartPole."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, Proc, good_trajectory
+from helpers import ROOT, good_trajectory, run_to_return
 from zrl import algorithms, spaces
 from zrl.config import load_config
 
@@ -71,8 +70,4 @@ def test_return_normalisation_keeps_running_statistics_in_the_checkpoint():
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_appo_learns_cartpole(tmp_path):
-    proc = Proc(["run", "--config", str(APPO_CONFIG), "--seed", "1", "--logdir", str(tmp_path / "run"),
-                 "--stop-at-return", "200", "--max-seconds", "120"])
-    assert proc.wait(150) == 0, proc.output
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["reached"] is True, summary
+    run_to_return(APPO_CONFIG, 200, tmp_path / "run")

@@ -2,14 +2,13 @@
 from the wait), actors that wait for each new version, GAE, and learning CartPole."""
 from __future__ import annotations
 
-import json
 import threading
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, Proc, good_trajectory, wait_for
+from helpers import ROOT, good_trajectory, run_to_return, wait_for
 from zrl import algorithms, spaces, wire
 from zrl.config import ConfigError, load_config
 from zrl.learner.progress import Progress
@@ -142,11 +141,7 @@ def test_actors_wait_for_each_version_and_a_dead_actor_does_not_stall_training(m
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ppo_learns_cartpole(tmp_path):
-    proc = Proc(["run", "--config", str(PPO_CONFIG), "--seed", "1", "--logdir", str(tmp_path / "run"),
-                 "--stop-at-return", "200", "--max-seconds", "120"])
-    assert proc.wait(150) == 0, proc.output
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["reached"] is True, summary
+    run_to_return(PPO_CONFIG, 200, tmp_path / "run")
 
 
 def test_the_agent_server_refuses_a_synchronous_learner():

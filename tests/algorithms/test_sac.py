@@ -3,7 +3,6 @@ ratio and the hold on actors that run ahead of it, checkpoints, and one learning
 from __future__ import annotations
 
 import io
-import json
 import threading
 
 import numpy as np
@@ -18,7 +17,7 @@ from zrl.config import load_config
 from zrl.envs import Step
 from zrl.learner.batches import ReplayBatches
 from zrl.learner.progress import Progress
-from helpers import ROOT, Proc, apex_config, wait_for
+from helpers import ROOT, apex_config, run_to_return, wait_for
 
 OBS = spaces.BoxSpec((3,), "float32")
 ACT = spaces.BoxSpec((2,), "float32", low=-2.0, high=1.0)  # asymmetric: the rescaling shows
@@ -247,8 +246,4 @@ def test_a_checkpoint_carries_the_critics_targets_alpha_and_optimiser():
 @pytest.mark.timeout(180)
 def test_pendulum_config_learns(tmp_path):
     """The learning test: `zrl run` with the shipped config, to a modest bound."""
-    run = Proc(["run", "--config", str(PENDULUM), "--seed", "1", "--logdir", str(tmp_path),
-                "--stop-at-return", "-600", "--max-seconds", "150"])
-    assert run.wait(170) == 0, run.output[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["reached"] is True and summary["final_mean_return"] >= -600, summary
+    run_to_return(PENDULUM, -600, tmp_path, max_seconds=150)
