@@ -92,6 +92,8 @@ class Config:
                 f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
                 f"actor.num_envs / actor.env_groups ({width})"
             )
+        check(not self.model.normalize_obs or getattr(self.algo, "normalizes_obs", False), "model.normalize_obs",
+              f"not with algo.name {self.algo.name} (its networks take observations as they come)")
         check(self.model.lstm_size == 0 or getattr(self.algo, "lstm_core", True), "model.lstm_size",
                f"must be 0 with algo.name {self.algo.name} (its network has no LSTM core); got {self.model.lstm_size}")
         least = CNN_MIN_SCREEN_SIZE.get(self.model.network, 1)

@@ -104,8 +104,9 @@ class ModelConfig:
     normalize_obs: bool = False
     """Standardise observations with a running mean and variance (clipped to +-10), as
     Sample Factory's normalize_input does: the learner keeps the statistics from the
-    observations it trains on, sends them with the weights and checkpoints them. MLP
-    torsos (vector observations) only."""
+    observations it trains on (A3C: the moments its actors send), sends them with the
+    weights and checkpoints them. MLP torsos (vector observations); impala, appo, ppo
+    and a3c."""
 
     def __post_init__(self):
         check(self.network in ("mlp", "impala_shallow", "impala_deep"), "model.network", f"unknown network {self.network!r} (known: mlp, impala_shallow, impala_deep)")

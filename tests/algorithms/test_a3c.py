@@ -254,3 +254,19 @@ def test_a3c_is_refused_by_an_impala_config_and_takes_no_trajectories():
 def test_a3c_config_learns_cartpole(tmp_path):
     """The learning test: the real CLI, the shipped config, 2 actors, a modest bound."""
     run_to_return(CONFIG, 150, tmp_path, max_seconds=100)
+
+
+@pytest.mark.timeout(120)
+def test_actors_send_their_rollouts_observation_moments_and_the_learner_keeps_them(make_learner, make_actor):
+    cfg = a3c_config("model.normalize_obs=true")
+    algo = A3C(cfg, OBS, ACT)
+    gate = learner_gate(cfg, algo)
+    arrays = dict(gradient_arrays(algo), obs_mean=np.zeros(4, np.float32), obs_var=np.full(4, -1.0, np.float32))
+    assert reason(gate, wire.encode(wire.Kind.GRADIENT, arrays))[0] == wire.Reason.BAD_VALUE  # a negative variance
+    learner, _ = make_learner(cfg)
+    actor, _ = make_actor(cfg, max_steps=10**9)
+    wait_for(lambda: learner.updates >= 3, 60, "updates from an actor's gradients")
+    wait_for(lambda: actor.policy_version >= 2, 60, "the actor applies published weights")
+    assert float(learner.model.obs_norm.count) >= 3 * cfg.actor.unroll_length * cfg.actor.num_envs
+    assert float(actor.model.obs_norm.count) > 0  # it acts with the learner's statistics
+    assert not learner.rejected

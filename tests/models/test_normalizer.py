@@ -61,3 +61,10 @@ def test_the_learners_statistics_reach_the_actors_and_survive_a_checkpoint(make_
     resumed, _ = make_learner(cfg, logdir=tmp_path / "run", resume=True, start=False, bind=endpoint + "-resumed")
     for k, v in resumed.model.obs_norm.state_dict().items():
         assert torch.equal(v, saved[k]), k
+
+
+def test_normalize_obs_is_refused_where_no_learner_keeps_the_statistics():
+    from helpers import apex_config
+
+    with pytest.raises(ConfigError, match="model.normalize_obs: not with algo.name apex_dqn"):
+        apex_config("model.normalize_obs=true")

@@ -4,8 +4,9 @@
 The statistics are parameters that take no gradient: inside a model they are part
 of its flat buffer, so they travel with the weights actors receive and with every
 checkpoint. Only the learner updates them, merging the moments of each batch it
-trains on (Chan et al.'s parallel update), after the update, so a synchronous
-update sees the statistics its actors acted with.
+trains on, or those an actor computed on its rollout (A3C's learner sees no
+observations), with Chan et al.'s parallel update, after the update, so a
+synchronous update sees the statistics its actors acted with.
 """
 from __future__ import annotations
 
@@ -40,11 +41,17 @@ class RunningMeanStd(nn.Module):
     def update(self, batch: torch.Tensor) -> None:
         """Merges the moments of `batch` ([N, *shape], any float dtype) into the statistics."""
         x = batch.detach().reshape(-1, *self.mean.shape).to(self.mean.device, torch.float64)
-        n = x.shape[0]
-        if n == 0:
+        if x.shape[0] == 0:
             return
-        b_mean = x.mean(0)
-        b_var = x.var(0, correction=0)
+        self.merge(x.shape[0], x.mean(0), x.var(0, correction=0))
+
+    @torch.no_grad()
+    def merge(self, n, mean: torch.Tensor, var: torch.Tensor) -> None:
+        """Merges the moments of n more rows (their mean and population variance; n an int or
+        a tensor) into the statistics: an actor's per-chunk moments, or a batch's."""
+        b_mean = mean.to(self.mean.device, torch.float64)
+        b_var = var.to(self.mean.device, torch.float64)
+        n = torch.as_tensor(n, dtype=torch.float64, device=self.mean.device)
         count = self.count.double()  # (a tensor: a learner on a GPU reads nothing back here)
         total = count + n
         delta = b_mean - self.mean.double()

@@ -23,6 +23,7 @@ class A3CConfig:
 
     infinity_allowed: ClassVar[frozenset[str]] = frozenset({"max_gradient_norm"})
     batch_source: ClassVar[str] = "gradients"
+    normalizes_obs: ClassVar[bool] = True  # from the observation moments its actors send
     lstm_core: ClassVar[bool] = False  # the gradient of a rollout runs the feed-forward model over its steps at once
     name: str = "a3c"
     discount: float = 0.99

@@ -124,6 +124,10 @@ class A3CRecorder(Recorder):
         with torch.inference_mode(False):  # (tensors made under an actor's inference mode cannot be saved for backward)
             gradient, losses = self.algo.rollout_gradient(self.model, self.rollout())
         arrays = {"gradient": gradient, "env_steps": np.array(self.T * self.K, np.int64), "loss": losses}
+        if self.model.obs_norm is not None:  # the learner keeps the statistics: the moments of what was acted on
+            acted = self.obs[: self.T].reshape(self.T * self.K, -1).astype(np.float64)
+            arrays["obs_mean"] = acted.mean(0).astype(np.float32)
+            arrays["obs_var"] = acted.var(0).astype(np.float32)
         frame = self.sender.encode(wire.Kind.GRADIENT, arrays, self.policy_version)
         self.obs[0] = self.obs[self.T]
         self.finals = []
@@ -139,9 +143,6 @@ class A3C(Algorithm):
         if not isinstance(config.algo, A3CConfig):
             raise ValueError(f"A3C needs an A3CConfig in config.algo, not {type(config.algo).__name__}")
         check_actor_precision(config)
-        if getattr(config.model, "normalize_obs", False):
-            raise ValueError("model.normalize_obs: not with algo.name a3c (its learner sees gradients, not the "
-                             "observations whose statistics it would keep)")
         self.hp = config.algo
         self._n_params: int | None = None
 
@@ -165,11 +166,15 @@ class A3C(Algorithm):
         rollout's loss terms (policy, value, entropy)."""
         F = wire.Field
         max_norm = self.hp.max_gradient_norm
-        return wire.Schema([
+        fields = [
             F("gradient", np.float32, (self.n_params(),), max_norm=max_norm if np.isfinite(max_norm) else None),
             F("env_steps", np.int64, (), bound=self.config.actor.unroll_length * MAX_ENVS_PER_ROLLOUT + 1),
             F("loss", np.float32, (len(LOSS_TERMS),)),
-        ])
+        ]
+        if self.config.model.normalize_obs:  # the rollout's observation moments, for the learner's statistics
+            dim = int(np.prod(self.obs_spec.shape))
+            fields += [F("obs_mean", np.float32, (dim,)), F("obs_var", np.float32, (dim,), low=0.0)]
+        return wire.Schema(fields)
 
     # -- actor side
     def make_policy(self, model, *, actor_index, num_actors, seed) -> ImpalaPolicy:
@@ -255,12 +260,16 @@ class A3C(Algorithm):
 
     def update(self, batch: dict[str, torch.Tensor], env_steps: int) -> dict[str, torch.Tensor]:
         """Applies one actor's gradient (batch["gradient"]): clipped to learner.max_grad_norm,
-        zeroed if not finite, then one optimiser step."""
+        zeroed if not finite, then one optimiser step; then merges the rollout's observation
+        moments into the model's statistics (model.normalize_obs)."""
         self.schedule.advance(env_steps)
         self.grad.copy_(batch["gradient"])
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.learner.max_grad_norm)
         nonfinite = zero_nonfinite_grads(self.params, grad_norm)
         self.optimizer.step()
+        norm = self.model.obs_norm
+        if norm is not None:
+            norm.merge(batch["env_steps"], batch["obs_mean"], batch["obs_var"])
         stats = {"grad_norm": torch.nan_to_num(grad_norm.detach(), 0.0, 0.0, 0.0), "nonfinite_grads": nonfinite}
         stats.update(zip(LOSS_TERMS, batch["loss"].float().unbind()))
         return stats

@@ -19,6 +19,7 @@ class ImpalaConfig:
     infinity_allowed: ClassVar[frozenset[str]] = frozenset(
         {"clip_rho_threshold", "clip_pg_rho_threshold", "clip_c_threshold", "reward_clip"})
     batch_source: ClassVar[str] = "stream"
+    normalizes_obs: ClassVar[bool] = True  # its model keeps model.normalize_obs's statistics
     name: str = "impala"
     discount: float = 0.99
     """gamma."""

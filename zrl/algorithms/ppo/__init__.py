@@ -18,6 +18,7 @@ class PPOConfig:
 
     batch_source: ClassVar[str] = "version"
     lstm_core: ClassVar[bool] = False  # minibatches shuffle single steps (model.lstm_size must be 0)
+    normalizes_obs: ClassVar[bool] = True  # its model keeps model.normalize_obs's statistics
     name: str = "ppo"
     discount: float = 0.99
     """gamma."""
