@@ -38,16 +38,47 @@ from zrl.learner.progress import Progress
 Batch = tuple[dict, object]  # (the batch on the learner's device, its chunks' policy versions)
 
 
-class StreamBatches:
-    queued = True  # the receiver puts chunks into `queue`
-    collates = True
+class QueuedSource:
+    """A source the receiver feeds through a bounded queue (`learner.queue_size` messages):
+    when it is full the receiver stops reading, and ZeroMQ pushes back on the senders."""
+
+    queued = True  # the receiver puts checked messages into `queue`
+    collates = False
 
     def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, config: Config, stop: threading.Event):
         self.algo = algo
         self.device = device
         self.progress = progress
-        self.batch_size = config.learner.batch_size
         self.queue: queue.Queue = queue.Queue(maxsize=config.learner.queue_size)
+
+    def start_prefetch(self, depth: int) -> None:
+        """Nothing made ahead (a source that can, overrides this)."""
+
+    def close(self) -> None:
+        pass
+
+    def room(self) -> int:
+        """Messages the queue has room for now (at least 1: the receiver waits for it)."""
+        return max(1, self.queue.maxsize - self.queue.qsize())
+
+    def fill(self) -> tuple[int, int]:
+        return self.queue.qsize(), self.queue.maxsize
+
+    def _get(self, idle: Callable[[], None]):
+        """The next (message, bindings), waited for up to 50 ms; None, after idle(), if none came."""
+        try:
+            return self.queue.get(timeout=0.05)
+        except queue.Empty:
+            idle()
+            return None
+
+
+class StreamBatches(QueuedSource):
+    collates = True
+
+    def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, config: Config, stop: threading.Event):
+        super().__init__(algo, device, progress, config, stop)
+        self.batch_size = config.learner.batch_size
         self.leftover: list = []  # chunks put back: a batch's overflow, or the mates of a rejected chunk
         self.prefetcher: Prefetcher | None = None
 
@@ -60,13 +91,6 @@ class StreamBatches:
         if self.prefetcher is not None:
             self.prefetcher.close()
             self.prefetcher = None
-
-    def room(self) -> int:
-        """Chunks the queue has room for now (at least 1: the receiver waits for it)."""
-        return max(1, self.queue.maxsize - self.queue.qsize())
-
-    def fill(self) -> tuple[int, int]:
-        return self.queue.qsize(), self.queue.maxsize
 
     def next(self, stop_check: Callable[[], bool], idle: Callable[[], None]) -> Batch | None:
         if self.prefetcher is not None:
@@ -94,12 +118,10 @@ class StreamBatches:
             items.append(item)
             cols += c
         while cols < B:
-            try:
-                item = self.queue.get(timeout=0.05)
-            except queue.Empty:
+            item = self._get(idle)
+            if item is None:
                 if stop_check():
                     return None
-                idle()
                 continue
             c = self.algo.columns(*item)
             if cols + c > B:

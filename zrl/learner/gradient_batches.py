@@ -12,7 +12,6 @@ version than the learner has made is no honest actor's and is rejected.
 """
 from __future__ import annotations
 
-import queue
 import threading
 from typing import Callable
 
@@ -21,41 +20,22 @@ import torch
 
 from zrl.algorithms.base import Algorithm
 from zrl.config import Config
-from zrl.learner.batches import Batch
+from zrl.learner.batches import Batch, QueuedSource
 from zrl.learner.progress import Progress
 
 
-class GradientBatches:
-    queued = True  # the receiver puts gradients into `queue`
-    collates = False
+class GradientBatches(QueuedSource):
+    """Nothing is made ahead: a gradient is one copy to the device."""
 
     def __init__(self, algo: Algorithm, device: torch.device, progress: Progress, config: Config, stop: threading.Event):
-        self.algo = algo
-        self.device = device
-        self.progress = progress
+        super().__init__(algo, device, progress, config, stop)
         self.max_staleness = config.algo.max_staleness
-        self.queue: queue.Queue = queue.Queue(maxsize=config.learner.queue_size)
-
-    def start_prefetch(self, depth: int) -> None:
-        """Nothing to prepare ahead: a gradient is one copy to the device."""
-
-    def close(self) -> None:
-        pass
-
-    def room(self) -> int:
-        """Gradients the queue has room for now (at least 1: the receiver waits for it)."""
-        return max(1, self.queue.maxsize - self.queue.qsize())
-
-    def fill(self) -> tuple[int, int]:
-        return self.queue.qsize(), self.queue.maxsize
 
     def next(self, stop_check: Callable[[], bool], idle: Callable[[], None]) -> Batch | None:
-        try:
-            msg, bindings = self.queue.get(timeout=0.05)
-        except queue.Empty:
-            if not stop_check():
-                idle()
+        item = self._get(idle)
+        if item is None:
             return None
+        msg, bindings = item
         if not self.usable(msg, bindings):
             return None
         batch = {name: self._to_device(a) for name, a in msg.arrays.items()}

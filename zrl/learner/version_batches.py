@@ -18,7 +18,6 @@ heard from again (a chunk, stale or not) joins the wait again, up to
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from typing import Callable
@@ -65,12 +64,10 @@ class VersionBatches(StreamBatches):
             if self.rollout and time.monotonic() - self.wait_began >= self.timeout_s:
                 self.live = {m.sender_id for m, _ in self.rollout}
                 break
-            try:
-                item = self.queue.get(timeout=0.05)
-            except queue.Empty:
+            item = self._get(idle)
+            if item is None:
                 if stop_check():
                     return None
-                idle()
                 continue
             self._add(item)
         items, self.rollout = self.rollout, []

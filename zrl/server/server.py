@@ -97,6 +97,14 @@ def resolve_specs(config: Config) -> tuple[spaces.Spec, spaces.Spec]:
     return obs, act
 
 
+def check_servable(config: Config) -> None:
+    """ConfigError unless the agent server can feed the config's learner (SERVABLE_SOURCES)."""
+    if config.algo.batch_source not in SERVABLE_SOURCES:
+        raise ConfigError(f"algo.name: {config.algo.name} trains from actors of its own (its batch source is "
+                          f"{config.algo.batch_source!r}); the agent server feeds {' or '.join(SERVABLE_SOURCES)} "
+                          f"learners: impala, appo, apex_dqn or sac")
+
+
 class AgentServer:
     def __init__(
         self,
@@ -110,10 +118,8 @@ class AgentServer:
         checkpoint_path: str | None = None,
         seed: int | None = None,
     ):
-        if learner is not None and config.algo.batch_source not in SERVABLE_SOURCES:
-            raise ConfigError(f"algo.name: {config.algo.name} trains from actors of its own (its batch source is "
-                              f"{config.algo.batch_source!r}); the agent server feeds {' or '.join(SERVABLE_SOURCES)} "
-                              f"learners: impala, appo, apex_dqn or sac")
+        if learner is not None:
+            check_servable(config)
         self.config = config
         self.sc = config.server
         self.learner_endpoint = learner
