@@ -159,6 +159,30 @@ def run_to_return(config, target: float, logdir: Path, max_seconds: float = 120)
     return summary
 
 
+def sender_id_from_hello(ctx, learner, cfg, role: str = "actor", obs=None, act=None) -> int:
+    """Says hello to an in-process learner as an actor of `cfg` (CartPole's specs unless
+    given) and returns the sender id its reply hands out, for frames a test crafts."""
+    from zrl.actors.actor import hello_meta, say_hello
+
+    obs = obs or spaces.BoxSpec(shape=(4,), dtype="float32")
+    act = act or spaces.DiscreteSpec(n=2)
+    reply = say_hello(ctx, learner.control_endpoint, hello_meta(cfg, role, 0, obs, act, cfg.actor.num_envs), timeout_s=60)
+    assert reply is not None, "the learner did not answer the hello"
+    return reply.sender_id
+
+
+def live_rss(proc) -> int:
+    """Resident memory (a psutil.Process's) after glibc hands freed pages back, so a reading
+    counts live memory and not the high-water mark of whatever ZeroMQ queued between two readings."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the plain reading is all there is
+        pass
+    return proc.memory_info().rss
+
+
 # --- The learner's gate, and frames for it -----------------------------------------------
 
 KINDS = frozenset({int(wire.Kind.TRAJECTORY), int(wire.Kind.STATS)})

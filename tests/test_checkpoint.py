@@ -140,9 +140,11 @@ def test_resume_with_another_reward_scale_warns(tmp_path, endpoint, make_learner
         assert "reward_scale" not in caplog.text
         make_learner(small_config("algo.reward_scale=1.0"), logdir=logdir, resume=True, start=False, bind=endpoint + "-other")
         assert "env.id" not in caplog.text
-        make_learner(small_config("env.id=Acrobot-v1"), logdir=logdir, resume=True, start=False, bind=endpoint + "-env")
+        make_learner(small_config("env.id=CartPole-v0"), logdir=logdir, resume=True, start=False, bind=endpoint + "-env")
+        with pytest.raises(CheckpointError, match=r"trained .*\[4\].* gives obs .*\[6\]"):  # weights that cannot act there
+            make_learner(small_config("env.id=Acrobot-v1"), logdir=logdir, resume=True, start=False, bind=endpoint + "-acrobot")
     assert "trained with algo.reward_scale 0.1, this config has 1.0" in caplog.text
-    assert "trained on env.id 'CartPole-v1', this config has 'Acrobot-v1'" in caplog.text
+    assert "trained on env.id 'CartPole-v1', this config has 'CartPole-v0'" in caplog.text  # the same specs: allowed
 
 
 def test_algo_changes_counts_a_setting_the_checkpoint_lacks_as_its_default_then():
@@ -236,3 +238,55 @@ def test_resume_rmsprop_with_momentum_now(tmp_path, endpoint, make_learner, make
     make_actor(with_momentum, learner=endpoint + "-momentum")
     wait_for(lambda: resumed.updates >= r1.updates + 3 or runner.thread.is_alive() is False, 60, "updates after resume")
     assert resumed.updates >= r1.updates + 3, "the trainer failed after resuming"
+
+
+def _impala(cfg, obs_spec, act_spec):
+    from zrl.algorithms.impala.algorithm import Impala
+
+    algo = Impala(cfg, obs_spec, act_spec)
+    algo.setup(torch.device("cpu"))
+    return algo
+
+
+def test_the_writer_refuses_a_checkpoint_whose_config_does_not_describe_its_weights(tmp_path):
+    from zrl import spaces
+    from zrl.learner.progress import Progress
+    from zrl.learner.resume import Checkpoints
+
+    cfg = small_config()
+    specs = (spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
+    algo = _impala(cfg, *specs)
+    progress = Progress(cfg, None)
+    ckdir = tmp_path / "checkpoints"
+    for other, why in ((small_config("model.hidden_sizes=[32, 32]"), r"model: the model has .*64, 64.*the config has .*32, 32"),
+                       (small_config("env.id=Acrobot-v1"), r"env: the model was built for 'CartPole-v1', the config to save has 'Acrobot-v1'")):
+        with pytest.raises(CheckpointError, match=rf"refusing to write a checkpoint to .* whose config does not describe its weights: {why}"):
+            Checkpoints(other, ckdir, resumed=True, say=print).save(algo, progress, specs, 0.0)
+    acrobot = (spaces.BoxSpec((6,), "float32"), spaces.DiscreteSpec(3))
+    with pytest.raises(CheckpointError, match=r"obs: the model has .*\[4\].*the config has .*\[6\]"):  # the specs to save are not the model's
+        Checkpoints(cfg, ckdir, resumed=True, say=print).save(algo, progress, acrobot, 0.0)
+    algo.model = _impala(cfg, *acrobot).model  # weights of another shape under the same config and specs
+    with pytest.raises(CheckpointError, match=r"the config's model has \(\d+, 4\), the weights \(\d+, 6\)"):
+        Checkpoints(cfg, ckdir, resumed=True, say=print).save(algo, progress, specs, 0.0)
+    assert checkpoint.list_checkpoints(ckdir) == [], "a refused checkpoint is not written"
+    algo.model = _impala(cfg, *specs).model
+    assert Checkpoints(cfg, ckdir, resumed=True, say=print).save(algo, progress, specs, 0.0) is not None
+
+
+def test_eval_of_a_checkpoint_whose_config_does_not_match_its_weights_says_what_differs(tmp_path):
+    """What a resume under another env.id used to write: CartPole's config, Acrobot's weights."""
+    from zrl import spaces
+    from zrl.evaluate import evaluate_checkpoint
+
+    cfg = small_config()
+    obs, act = spaces.BoxSpec((6,), "float32").to_json(), spaces.DiscreteSpec(3).to_json()
+    algo = _impala(cfg, spaces.from_json(obs), spaces.from_json(act))
+    state = {"model_hash": cfg.model_hash(obs, act), "model_shaping": cfg.model_shaping(obs, act), "config": cfg.to_dict(),
+             "obs_spec": obs, "action_spec": act, **algo.checkpoint_state(), "counters": {"updates": 1}}
+    path = checkpoint.save(tmp_path / "checkpoints", 1, state, keep=1)
+    with pytest.raises(CheckpointError, match=r"weights take obs .*\[6\].* but the env of its config \(env.id 'CartPole-v1'\) gives obs .*\[4\]"):
+        evaluate_checkpoint(tmp_path, episodes=1)
+    wrong = {**state, "obs_spec": spaces.BoxSpec((4,), "float32").to_json(), "action_spec": spaces.DiscreteSpec(2).to_json()}
+    checkpoint.save(tmp_path / "checkpoints", 2, wrong, keep=1)  # specs right, weights of another shape
+    with pytest.raises(CheckpointError, match=r"its weights do not fit the model its config describes"):
+        evaluate_checkpoint(path.parent, episodes=1)

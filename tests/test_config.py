@@ -283,3 +283,32 @@ def test_an_lstm_core_with_a_q_network_fails_when_the_config_loads():
         load_config(apex, ["model.lstm_size=16"])
     assert load_config(apex, ["model.lstm_size=0"]).model.lstm_size == 0
     assert load_config(DEFAULT_CONFIG, ["model.lstm_size=16"]).model.lstm_size == 16  # impala has one
+
+
+def test_an_unknown_section_names_the_file_and_the_section_never_an_override(tmp_path):
+    p = write(tmp_path, "learnr:\n  batch_size: 3\nrun:\n  seed: 2\n")
+    for overrides in ([], ["run.max_seconds=5"], ["run.seed=3", "learner.batch_size=8"]):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}: unknown section 'learnr' \(known sections: actor, algo, env, learner"):
+            load_config(p, overrides)
+    with pytest.raises(ConfigError, match=r"^override 'lerner.batch_size=3': unknown section 'lerner' \(known sections: "):
+        load_config(DEFAULT_CONFIG, ["run.seed=3", "lerner.batch_size=3"])
+    with pytest.raises(ConfigError, match=r"unknown sections 'a', 'b'"):
+        load_config(write(tmp_path, "a: {}\nb: {}\n"))
+
+
+def test_a_dumped_config_loads_back_equal_for_every_shipped_config(tmp_path):
+    from zrl.config import dump_config
+
+    for path in sorted(DEFAULT_CONFIG.parent.glob("*.yaml")):
+        cfg = load_config(path, ["run.max_seconds=.inf", "env.kwargs={a: [1, 2]}"])
+        (tmp_path / "config.yaml").write_text(dump_config(cfg, "a header\nof two lines"))
+        assert load_config(tmp_path / "config.yaml") == cfg, path
+
+
+def test_config_differences_name_each_key():
+    from zrl.config import config_differences
+
+    a = load_config(DEFAULT_CONFIG, ["run.logdir=x"])
+    b = load_config(DEFAULT_CONFIG, ["env.id=Acrobot-v1", "model.hidden_sizes=[8]"])
+    assert config_differences(a, b, ignore=("run.logdir",)) == [("env.id", "CartPole-v1", "Acrobot-v1"), ("model.hidden_sizes", [64, 64], [8])]
+    assert config_differences(a, a) == []

@@ -6,12 +6,14 @@ algorithm state, the counters, the config, the specs, a format version and
 the hash of what shapes the model. It is written to a temporary file in the
 same directory and renamed over, so a kill mid-write leaves the previous
 checkpoint intact; the last K are kept. A fresh run (not --resume) first moves
-an earlier run's checkpoints aside (`set_aside`), so every checkpoint in the
-directory belongs to one run.
+an earlier run's checkpoints aside (`set_aside`; `zrl run` and `zrl learner` move
+the whole earlier run, zrl.launch.rundir), so every checkpoint in the directory
+belongs to one run.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -120,12 +122,22 @@ def check_compatible(path: Path, state: dict[str, Any], model_hash: str, shaping
     """Refuses a checkpoint whose model differs from the config's, saying what differs."""
     if state["model_hash"] == model_hash:
         return
-    theirs = state["model_shaping"]
-    diffs = []
-    for key in sorted(set(theirs) | set(shaping)):
-        if theirs.get(key) != shaping.get(key):
-            diffs.append(f"{key}: checkpoint has {theirs.get(key)!r}, config has {shaping.get(key)!r}")
+    diffs = shaping_differences(state["model_shaping"], shaping, ("checkpoint", "config"))
     raise CheckpointError(f"{path} was written for a different model and cannot be resumed: " + "; ".join(diffs or ["model hash differs"]))
+
+
+def shaping_differences(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("the model", "the config")) -> list[str]:
+    """What differs between two `Config.model_shaping`s, one line each ("key: A has x, B has y")."""
+    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731 (tuples and lists alike, as torch.save keeps either)
+    return [f"{key}: {names[0]} has {a.get(key)!r}, {names[1]} has {b.get(key)!r}"
+            for key in sorted(set(a) | set(b)) if norm(a.get(key)) != norm(b.get(key))]
+
+
+def weight_differences(expected: dict[str, tuple], got: dict[str, tuple]) -> list[str]:
+    """How the weights' {name: shape} differ from those a model of the config has (at most 3 named)."""
+    diffs = [f"{k}: the config's model has {expected.get(k)}, the weights {got.get(k)}"
+             for k in sorted(set(expected) | set(got)) if expected.get(k) != got.get(k)]
+    return diffs[:3] + ([f"and {len(diffs) - 3} more tensors"] if len(diffs) > 3 else [])
 
 
 def algo_changes(state: dict[str, Any], config) -> list[tuple[str, Any, Any]]:

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -106,6 +107,44 @@ def stop_options(f):
 
 config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="YAML config (default: configs/cartpole_impala.yaml).")
 override_option = click.option("-o", "--override", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
+logdir_option = click.option("--logdir", type=click.Path(file_okay=False), default=None,
+                             help="The run's directory; an earlier run there moves to LOGDIR/previous-<UTC time>/ "
+                                  "(default: a new run.logdir/<UTC time>/, run.logdir being runs/<config name> unless set).")
+resume_option = click.option("--resume", is_flag=True,
+                             help="Continue the run in LOGDIR (default: the newest under run.logdir) from its newest checkpoint, "
+                                  "with the config it saved (LOGDIR/config.yaml) and this command's -o and flags on top.")
+
+
+def _open_run(command: str, config_path, overrides, flags: dict, logdir, resume: bool, check=None):
+    """(config, run directory) of `zrl run` or `zrl learner` (zrl.launch.rundir): a fresh run's
+    config is the command line's, its directory --logdir or a new one under run.logdir; a
+    resumed run's directory is --logdir or the newest under run.logdir, its config the one
+    saved there with this command line's overrides on top. `check(config)` runs before any
+    directory is made."""
+    from zrl.launch import rundir  # lazy: zrl.launch's process machinery would slow every command's start-up
+
+    def load(path):
+        cfg = _load(path, overrides, **flags)
+        if check is not None:
+            check(cfg)
+        return cfg
+
+    try:
+        if resume:
+            where = Path(logdir) if logdir else rundir.newest_run(rundir.runs_root(load(config_path), config_path))
+            return rundir.resume_config(where, config_path, load, lambda text: click.echo(f"[{command}] {text}")), where
+        cfg = load(config_path)
+        return cfg, Path(logdir) if logdir else rundir.new_run_dir(rundir.runs_root(cfg, config_path))
+    except rundir.RunDirError as e:
+        raise ConfigProblem(str(e)) from None
+
+
+def _something_feeds_the_learner(cfg) -> None:
+    """`zrl run` with no actors and no agent server would only wait for its time limit."""
+    if cfg.run.num_actors == 0 and not cfg.run.agent_server:
+        raise ConfigProblem("nothing would feed the learner: run.num_actors is 0 (--actors 0) and run.agent_server is false. "
+                            "Give --actors N (N > 0), or -o run.agent_server=true to train on the clients of an agent server "
+                            "(as configs/cartpole_serve.yaml does)")
 
 
 class _PipeSafe:
@@ -160,18 +199,26 @@ def main(verbose: bool) -> None:
 @config_option
 @override_option
 @click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, callback=_endpoint(True), help="Control endpoint (ROUTER) that actors say hello to; port may be *.")
-@click.option("--logdir", type=click.Path(file_okay=False), default=None, help="TensorBoard events, checkpoints (default: run.logdir).")
-@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in LOGDIR.")
+@logdir_option
+@resume_option
 @click.option("--device", default=None, help="auto, cpu or cuda[:N] (default: learner.device).")
 @click.option("--seed", type=int, default=None, help="Seed for the model's initialisation (default: run.seed).")
 @stop_options
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
-def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file):
+@click.option("--logdir-ready", is_flag=True, hidden=True, help="(zrl run's learner) LOGDIR is readied and holds the config given.")
+def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file, logdir_ready):
     """Train: receive trajectories, publish weights, checkpoint."""
-    cfg = _load(config_path, overrides, device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    flags = dict(device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    if logdir_ready and not logdir:
+        raise click.UsageError("--logdir-ready needs --logdir")
+    if logdir_ready:  # zrl run readied LOGDIR and saved the config there
+        cfg = _load(config_path, overrides, **flags)
+    else:
+        cfg, logdir = _open_run("learner", config_path, overrides, flags, logdir, resume)
     from zrl.launch import run_learner  # lazy: zrl.launch's process machinery would slow every command's start-up
 
-    sys.exit(run_learner(cfg, bind, logdir or cfg.run.logdir, resume=resume, ready_file=ready_file, install_signals=_install_stop_handlers))
+    sys.exit(run_learner(cfg, bind, str(logdir), resume=resume, ready_file=ready_file, install_signals=_install_stop_handlers,
+                         own_logdir=not logdir_ready))
 
 
 @main.command()
@@ -197,22 +244,20 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
 @override_option
 @click.option("--actors", type=int, default=None, help="Actor processes (run.num_actors).")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
-@click.option("--logdir", type=click.Path(file_okay=False), default=None, help="Output directory (default: run.logdir).")
+@logdir_option
 @click.option("--bind", default=None, callback=_endpoint(True), help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
 @stop_options
-@click.option("--resume", is_flag=True, help="Resume the learner from LOGDIR's newest checkpoint.")
+@resume_option
 def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume):
     """Start a learner and N actors on this machine; stop them all on exit."""
-    flags = dict(actors=actors, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
-    cfg = _load(config_path, overrides, **flags)
+    flags = dict(actors=actors, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    cfg, logdir = _open_run("zrl run", config_path, overrides, flags, logdir, resume, check=_something_feeds_the_learner)
     from zrl.launch import RunOptions, run_local  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     opts = RunOptions(
-        config_path=config_path,
-        overrides=[*overrides, *_flag_overrides(flags).values()],  # the children read the config this one did
         num_actors=cfg.run.num_actors,
-        seed=cfg.run.seed if seed is None else seed,
-        logdir=logdir or cfg.run.logdir,
+        seed=cfg.run.seed,
+        logdir=str(logdir),
         bind=bind,
         stop_at_return=cfg.run.stop_at_return,
         max_seconds=cfg.run.max_seconds,
@@ -230,12 +275,16 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
 @click.option("--learner", "learner_endpoint", default=None, callback=_endpoint(False), help="The learner's control endpoint; without it the server only serves the policy (inference only).")
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(exists=True), help="Serve this checkpoint's weights (a file or a logdir).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling actions (default: run.seed).")
-def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed):
+@click.option("--logdir", type=click.Path(file_okay=False), default=None,
+              help="Write the server's counters (rejections, dropped sessions) as TensorBoard scalars here "
+                   "(default: none; the status line shows them either way).")
+def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed, logdir):
     """Agent server: batched inference for simulators that embed a zrl client."""
     cfg = _load(config_path, overrides)
     from zrl.launch import run_server  # lazy: zrl.launch's process machinery would slow every command's start-up
 
-    sys.exit(run_server(cfg, bind, learner_endpoint, checkpoint_path=checkpoint_path, seed=seed, install_signals=_install_stop_handlers))
+    sys.exit(run_server(cfg, bind, learner_endpoint, checkpoint_path=checkpoint_path, seed=seed, logdir=logdir,
+                        install_signals=_install_stop_handlers))
 
 
 @main.group()
@@ -245,12 +294,15 @@ def keys():
 
 @keys.command("generate")
 @click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--clients", default=1, show_default=True, help="Client key pairs to make (client, client2, ...).")
-def keys_generate(directory, clients):
-    """Make a server key pair and client key pairs in DIRECTORY; authorise the clients."""
+@click.option("--clients", default=1, show_default=True, help="Simulator-client key pairs to make (client, client2, ...), authorised in DIRECTORY/clients/.")
+@click.option("--actors", default=None, type=click.IntRange(min=0), help="Actor key pairs to make (actor, actor2, ...), authorised in "
+              "DIRECTORY/actors/ [default: as many as --clients].")
+def keys_generate(directory, clients, actors):
+    """Make a server key pair, actor and simulator-client key pairs in DIRECTORY, and the
+    allow-list of each role (actors/ for the learner, clients/ for the agent server)."""
     from zrl.keys import generate_keys  # lazy: imports zmq
 
-    for line in generate_keys(directory, clients):
+    for line in generate_keys(directory, clients, actors):
         click.echo(line)
 
 

@@ -50,6 +50,8 @@ __all__ = [
     "SECTIONS",
     "load_config",
     "config_from_dict",
+    "config_differences",
+    "dump_config",
     "default_config_path",
 ]
 
@@ -133,6 +135,32 @@ class Config:
         return dataclasses.replace(self, **sections)
 
 
+def dump_config(cfg: Config, header: str = "") -> str:
+    """The config as YAML that load_config reads back to an equal Config (every key, resolved)."""
+    lines = "".join(f"# {line}\n" for line in header.splitlines())
+    return lines + yaml.dump(cfg.to_dict(), Dumper=_ConfigDumper, sort_keys=False, default_flow_style=False)
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """Sections and their keys one a line; a list value on its line ([64, 64])."""
+
+
+_ConfigDumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def config_differences(a: Config, b: Config, ignore: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
+    """(section.key, a's value, b's value) for each key whose values differ, but those in `ignore`."""
+    da, db = a.to_dict(), b.to_dict()
+    out = []
+    for section in da:
+        for key in sorted(set(da[section]) | set(db[section])):
+            name = f"{section}.{key}"
+            va, vb = da[section].get(key), db[section].get(key)
+            if va != vb and name not in ignore:
+                out.append((name, va, vb))
+    return out
+
+
 def _to_plain(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: _to_plain(v) for k, v in x.items()}
@@ -171,6 +199,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    _check_sections(raw, str(p))  # the file's own, before any override (which apply_overrides checks)
     raw = apply_overrides(raw, overrides, str(p))
     try:
         return config_from_dict(raw, source=str(p))
@@ -187,10 +216,21 @@ def _blame_override(e: ConfigError, source: str, overrides) -> ConfigError:
         key = item.split("=", 1)[0].strip()
         # only an error about this key ("KEY: why", "KEY (value) ...", "unknown key KEY ..."),
         # not one that merely mentions it beside the key at fault
-        section = key.split(".", 1)[0]
-        if re.match(rf"(unknown key )?{re.escape(key)}(:| \(| |$)", detail) or re.match(rf"unknown section\(s\) \[.*'{re.escape(section)}'", detail):
+        if re.match(rf"(unknown key )?{re.escape(key)}(:| \(| |$)", detail):
             return ConfigError(f"override {item!r}: {detail}")
     return e
+
+
+def _known_sections() -> str:
+    return ", ".join(sorted([*SECTIONS, "algo"]))
+
+
+def _check_sections(raw: dict, where: str) -> None:
+    """ConfigError naming `where` (a file, an override) and each section zrl does not know."""
+    unknown = sorted(str(k) for k in set(raw) - set(SECTIONS) - {"algo"})
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise ConfigError(f"{where}: unknown section{'s' if len(unknown) > 1 else ''} {names} (known sections: {_known_sections()})")
 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], source: str) -> dict:
@@ -203,6 +243,7 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], source: s
         if len(parts) != 2 or not all(parts):
             raise ConfigError(f"override {item!r}: the key must be section.key (e.g. learner.learning_rate)")
         section, name = parts
+        _check_sections({section: None}, f"override {item!r}")
         try:
             value = yaml.safe_load(value_text)
         except yaml.YAMLError:
@@ -218,9 +259,7 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], source: s
 
 def config_from_dict(raw: dict, source: str = "<dict>") -> Config:
     """Builds a Config from plain data (a parsed YAML file or Config.to_dict())."""
-    unknown = set(raw) - set(SECTIONS) - {"algo"}
-    if unknown:
-        raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)} (known: {sorted([*SECTIONS, 'algo'])})")
+    _check_sections(raw, source)
     built: dict[str, Any] = {}
     try:
         for name, cls in SECTIONS.items():

@@ -205,7 +205,7 @@ class ActorConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    infinity_allowed: ClassVar[frozenset[str]] = frozenset({"max_grad_norm"})  # .inf: no clipping
+    infinity_allowed: ClassVar[frozenset[str]] = frozenset({"max_grad_norm", "max_abs_return"})  # .inf: no limit
     batch_size: int = 64
     """B: env columns per training batch ([T, B]); a multiple of every actor's num_envs."""
     optimizer: str = "adam"
@@ -258,7 +258,26 @@ class LearnerConfig:
     weights_bind: Optional[str] = None
     """Endpoint of the weights PUB socket (default: derived from --bind, any free port)."""
     actor_timeout_s: float = 30.0
-    """An actor silent for this long no longer counts as connected."""
+    """An actor silent for this long no longer counts as connected (and its sender id
+    may be reused once learner.max_senders is reached)."""
+    # The control endpoint is the one socket every peer reaches first: these bound what a
+    # stranger can make the learner hold (docs/DEPLOY.md, "what the defaults protect").
+    max_hello_bytes: int = 64 * 1024
+    """Control messages (hellos) larger than this are cut off by ZeroMQ before they are
+    read into memory; the connection is dropped and counted (control_dropped)."""
+    control_hwm: int = 4
+    """Per peer on the control socket: hellos queued in, and replies queued out to a peer
+    that does not read them; replies beyond it are dropped and counted (reply_unread)."""
+    max_senders: int = 4096
+    """Sender ids handed out in hello replies, live at once (actors, agent servers, the
+    evaluation actor). When full, the id silent longest (beyond actor_timeout_s) is
+    reused; with none silent, hellos are refused (too_many_senders)."""
+    new_senders_per_s: float = 200.0
+    """New sender ids handed out per second, on average (a token bucket)."""
+    new_senders_burst: int = 1024
+    """New sender ids that may be handed out at once, before new_senders_per_s applies."""
+    max_abs_return: float = 1e7
+    """Episode returns in actors' stats beyond +-this are refused as implausible (.inf: any finite one)."""
 
     def prefetch_for(self, device) -> int:
         """prefetch_batches resolved for a learner on `device` (a torch.device)."""
@@ -298,6 +317,12 @@ class LearnerConfig:
         check(self.log_interval_s > 0, "learner.log_interval_s", "must be > 0")
         check(self.max_message_bytes >= 4096, "learner.max_message_bytes", "must be >= 4096")
         check(self.actor_timeout_s > 0, "learner.actor_timeout_s", "must be > 0")
+        check(self.max_hello_bytes >= 4096, "learner.max_hello_bytes", "must be >= 4096")
+        check(self.control_hwm >= 1, "learner.control_hwm", "must be >= 1")
+        check(self.max_senders >= 1, "learner.max_senders", "must be >= 1")
+        check(self.new_senders_per_s > 0, "learner.new_senders_per_s", "must be > 0")
+        check(self.new_senders_burst >= 1, "learner.new_senders_burst", "must be >= 1")
+        check(self.max_abs_return > 0, "learner.max_abs_return", "must be > 0")
 
 
 MAX_SEED = (2**31 - 10_000 - 1) // 10_000  # the largest run.seed: seed * 10_000 + 10_000 < 2**31
@@ -312,8 +337,11 @@ class RunConfig:
     """Base seed: actor i, with K envs, seeds its envs and sampling with seed * 10_000 + i * K
     (+ 5_000 for the evaluation actor), its env k with that + k. In [0, 214_747], so that
     env seeds stay below 2**31 (ale_py takes int32 seeds)."""
-    logdir: str = "runs/default"
-    """TensorBoard events, checkpoints and summary.json."""
+    logdir: Optional[str] = None
+    """Where runs of this config go: each run without `--logdir` writes its TensorBoard
+    events, checkpoints, config.yaml and summary.json to a new directory <UTC time>/ in
+    it, and `--resume` without `--logdir` continues the newest one. None:
+    runs/<config file's name>. `--logdir DIR` names the run's directory itself."""
     stop_at_return: Optional[float] = None
     """Stop once return_window episodes have finished and their mean return reaches this."""
     return_window: int = 100
@@ -354,13 +382,29 @@ class ServerConfig:
     action_space: Optional[dict] = None
     """Action spec, e.g. {type: discrete, n: 2} (default: the spec of env.id)."""
     max_batch: int = 256
-    """Most requests answered by one forward pass."""
+    """Most requests read in one loop iteration; those that need an action are answered
+    by one forward pass."""
     client_timeout_s: float = 60.0
     """A client silent for this long is dropped with its partial trajectory."""
     max_clients: int = 4096
-    """Hellos beyond this many live sessions are refused."""
+    """Live sessions at most. When full, a hello evicts the session that has waited longest
+    for its first ACT; with none such (every session is acting), it is refused (server_full).
+    An acting session is never evicted for a newcomer."""
+    first_act_timeout_s: float = 10.0
+    """A session that sends no ACT within this many seconds of its hello is dropped
+    (first_act_timeout). Clients send their first ACT right after the hello."""
+    new_sessions_per_s: float = 200.0
+    """New sessions opened per second, on average (a token bucket); hellos beyond it are
+    refused (hello_rate), and a client may say hello again a moment later."""
+    new_sessions_burst: int = 1024
+    """New sessions that may open at once before new_sessions_per_s applies (the default
+    lets 1,024 clients start together)."""
+    client_hwm: int = 16
+    """Per client: requests queued in, and replies queued out to a client that does not read
+    them; replies beyond it are dropped and counted (reply_unread)."""
     index: int = 1000
-    """The server's sender id towards the learner."""
+    """The server's index in its hello to the learner (shown in the learner's logs; the
+    learner hands out the sender id its frames carry)."""
     backlog: int = 64
     """Trajectory messages kept while the learner applies back-pressure; the oldest are dropped beyond it."""
 
@@ -368,8 +412,12 @@ class ServerConfig:
         check(self.max_batch >= 1, "server.max_batch", "must be >= 1")
         check(self.client_timeout_s > 0, "server.client_timeout_s", "must be > 0")
         check(self.max_clients >= 1, "server.max_clients", "must be >= 1")
+        check(self.first_act_timeout_s > 0, "server.first_act_timeout_s", "must be > 0")
+        check(self.new_sessions_per_s > 0, "server.new_sessions_per_s", "must be > 0")
+        check(self.new_sessions_burst >= 1, "server.new_sessions_burst", "must be >= 1")
         check(0 <= self.index < 2**32, "server.index", "must be in [0, 2**32)")
         check(self.backlog >= 1, "server.backlog", "must be >= 1")
+        check(self.client_hwm >= 1, "server.client_hwm", "must be >= 1")
         _check_endpoint(self.bind, "server.bind")
         for key in ("observation_space", "action_space"):
             _check_space(getattr(self, key), f"server.{key}")
@@ -381,11 +429,13 @@ class SecurityConfig:
 
     Key files are ZeroMQ certificates as `zrl keys generate DIR` writes them
     (zmq.auth's format). The learner and the agent server are CURVE servers:
-    they hold `server_secret_key` and accept only peers whose public key is
-    in `authorized_keys`. Actors, the agent server towards the learner, and
-    clients hold `client_secret_key` and check the server against
-    `server_public_key`. A peer without an authorised key gets nothing in
-    and nothing out.
+    they hold `server_secret_key`. Each admits only its own role's peers:
+    the learner's sockets the actors and agent servers in `authorized_keys`,
+    the agent server's client socket the simulator clients in `client_keys`.
+    Actors and the agent server towards the learner hold `client_secret_key`
+    and check the server against `server_public_key`. A peer whose key is not
+    in the socket's allow-list gets nothing in and nothing out (docs/DEPLOY.md,
+    the trust model).
     """
 
     curve: bool = False
@@ -393,11 +443,16 @@ class SecurityConfig:
     server_secret_key: Optional[str] = None
     """Learner / agent server: its secret key file (e.g. keys/server.key_secret)."""
     authorized_keys: Optional[str] = None
-    """Learner / agent server: a folder of authorised client public keys (*.key)."""
+    """Learner: a folder of the public keys (*.key) of actors and agent servers, the peers its
+    control, trajectory and weights sockets admit (e.g. keys/actors)."""
+    client_keys: Optional[str] = None
+    """Agent server: a folder of the public keys (*.key) of simulator clients, the peers its
+    client socket admits (e.g. keys/clients); required when an agent server runs with CURVE."""
     server_public_key: Optional[str] = None
-    """Actors, the agent server's learner link, clients: the server's public key file (e.g. keys/server.key)."""
+    """Actors, the agent server's learner link: the server's public key file (e.g. keys/server.key)."""
     client_secret_key: Optional[str] = None
-    """Actors, the agent server's learner link, clients: their secret key file (e.g. keys/client.key_secret)."""
+    """Actors, the agent server's learner link: their secret key file (e.g. keys/actor.key_secret);
+    its public key must be in the learner's authorized_keys."""
 
     def __post_init__(self):
         if self.curve:

@@ -7,7 +7,7 @@ import numpy as np
 
 from zrl import checkpoint, spaces
 from zrl.config import EnvConfig, config_from_dict
-from zrl.envs import make_vector_env
+from zrl.envs import make_vector_env, probe_specs
 from zrl import algorithms
 from zrl.algorithms.base import ActorAlgo, NullRecorder
 
@@ -55,10 +55,28 @@ def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = Tru
     else:
         state = checkpoint.load(p)
     cfg = config_from_dict(state["config"], source=str(p))
-    algo = algorithms.get(cfg.algo.name)(cfg, spaces.from_json(state["obs_spec"]), spaces.from_json(state["action_spec"]))
+    specs = spaces.from_json(state["obs_spec"]), spaces.from_json(state["action_spec"])
+    check_env_fits(p, cfg, specs)
+    algo = algorithms.get(cfg.algo.name)(cfg, *specs)
     model = algo.build_model()
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:  # (torch lists every tensor that does not fit)
+        raise checkpoint.CheckpointError(f"{p}: its weights do not fit the model its config describes "
+                                         f"(model: {cfg.to_dict()['model']}): {str(e).splitlines()[0]}") from None
     model.eval()
     result = evaluate(model, algo, cfg.env, episodes, greedy, seed, num_envs)
     result["checkpoint"] = str(p)
     return result
+
+
+def check_env_fits(path: Path, cfg, specs: tuple[spaces.Spec, spaces.Spec]) -> None:
+    """Refuses a checkpoint whose weights were trained for other observations or actions than
+    the env of its config (the one played) gives, saying which: a checkpoint written by a
+    resume under another env.id, say."""
+    env_specs = probe_specs(cfg.env)
+    if tuple(env_specs) != tuple(specs):
+        raise checkpoint.CheckpointError(
+            f"{path}: its weights take obs {specs[0].to_json()} and actions {specs[1].to_json()}, but the env of its "
+            f"config (env.id {cfg.env.id!r}) gives obs {env_specs[0].to_json()} and actions {env_specs[1].to_json()}: "
+            "the checkpoint's config does not match its weights, so its policy cannot be played")

@@ -5,15 +5,18 @@ against `zrl.transport.X` keeps working. New code inside zrl imports from
 """
 from __future__ import annotations
 
-from zrl.protocol.curve import Authenticator, Curve
+from zrl.protocol.curve import CLIENT_PEERS, LEARNER_PEERS, Authenticator, Curve, Peers
 from zrl.protocol.endpoints import connectable, derive_endpoint, endpoint_problem, is_loopback
 from zrl.protocol.native import NATIVE_ENV, Pusher, native, native_note, zmq_error
 from zrl.protocol.sockets import bind, socket
 
 __all__ = [
+    "CLIENT_PEERS",
+    "LEARNER_PEERS",
     "NATIVE_ENV",
     "Authenticator",
     "Curve",
+    "Peers",
     "Pusher",
     "bind",
     "connectable",

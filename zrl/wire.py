@@ -25,7 +25,7 @@ from zrl.protocol.frame import (
     WireError,
 )
 from zrl.protocol.gate import RECV_COPY_BELOW, Gate
-from zrl.protocol.hello import HelloInvalid, read_hello
+from zrl.protocol.hello import HelloInvalid, read_hello, short, show
 from zrl.protocol.layout import REUSE_BYTES, SEND_ZERO_COPY_FROM, Cut, Layout, OutMessage, encode
 from zrl.protocol.message import ArrayInfo, Message, decode
 from zrl.protocol.schema import Dim, Field, Mark, Schema, check_bounds, check_finite, check_marks
@@ -68,4 +68,6 @@ __all__ = [
     "decode",
     "encode",
     "read_hello",
+    "short",
+    "show",
 ]

@@ -110,7 +110,7 @@ def test_a_learner_rejects_bad_gradients_applies_fresh_ones_and_discards_stale_o
     cfg = a3c_config("algo.max_staleness=1")
     learner, runner = make_learner(cfg)
     reply = say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs), timeout_s=60)
-    weights = np.array(reply.arrays["params"])
+    weights = np.array(reply.weights.arrays["params"])
     algo = learner.algo
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
@@ -119,7 +119,7 @@ def test_a_learner_rejects_bad_gradients_applies_fresh_ones_and_discards_stale_o
         # Bad ones are counted by reason and dropped: no update, no env steps.
         bad = damaged(algo)
         for arrays, _, _ in bad.values():
-            push.send(wire.encode(wire.Kind.GRADIENT, arrays))
+            push.send(wire.encode(wire.Kind.GRADIENT, arrays, sender_id=reply.sender_id))
         wait_for(lambda: sum(learner.rejected.values()) == len(bad), 30, lambda: f"rejections, got {dict(learner.rejected)}")
         assert learner.rejected == {"bad_shape": 1, "bad_dtype": 1, "bad_value": 4, "missing_field": 1, "unknown_field": 1}
         assert learner.updates == 0 and learner.env_steps == 0
@@ -127,7 +127,7 @@ def test_a_learner_rejects_bad_gradients_applies_fresh_ones_and_discards_stale_o
         # A fresh gradient moves the weights: clipped to learner.max_grad_norm, then Adam's first
         # step, lr * g / (|g| + eps).
         g = gradient_arrays(algo, seed=1)["gradient"]
-        push.send(wire.encode(wire.Kind.GRADIENT, dict(gradient_arrays(algo), gradient=g), policy_version=0))
+        push.send(wire.encode(wire.Kind.GRADIENT, dict(gradient_arrays(algo), gradient=g), policy_version=0, sender_id=reply.sender_id))
         wait_for(lambda: learner.updates == 1, 30, "the first gradient applied")
         lc = cfg.learner
         clipped = g.astype(np.float64) * min(1.0, lc.max_grad_norm / (np.linalg.norm(g) + 1e-6))
@@ -135,14 +135,14 @@ def test_a_learner_rejects_bad_gradients_applies_fresh_ones_and_discards_stale_o
         assert learner.env_steps == 20
 
         # Computed one update ago: max_staleness 1 still takes it.
-        push.send(wire.encode(wire.Kind.GRADIENT, gradient_arrays(algo, seed=2), policy_version=0))
+        push.send(wire.encode(wire.Kind.GRADIENT, gradient_arrays(algo, seed=2), policy_version=0, sender_id=reply.sender_id))
         wait_for(lambda: learner.updates == 2, 30, "a gradient max_staleness old applied")
         before = algo.flat.clone()
         # Two updates ago: discarded and counted; the weights stay.
-        push.send(wire.encode(wire.Kind.GRADIENT, gradient_arrays(algo, seed=3), policy_version=0))
+        push.send(wire.encode(wire.Kind.GRADIENT, gradient_arrays(algo, seed=3), policy_version=0, sender_id=reply.sender_id))
         wait_for(lambda: learner.progress.discarded["stale_gradient"] == 1, 30, "the stale gradient discarded")
         # A version the learner never made is no honest actor's.
-        push.send(wire.encode(wire.Kind.GRADIENT, gradient_arrays(algo, seed=4), policy_version=99))
+        push.send(wire.encode(wire.Kind.GRADIENT, gradient_arrays(algo, seed=4), policy_version=99, sender_id=reply.sender_id))
         wait_for(lambda: learner.rejected.get("future_version") == 1, 30, "the future gradient rejected")
         assert learner.updates == 2 and torch.equal(algo.flat, before)
         assert learner.env_steps == 3 * 20  # received: the stale one's steps were taken, the rejected one's not

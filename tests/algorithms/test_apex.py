@@ -247,9 +247,10 @@ def test_a_resumed_replay_saved_with_alpha_0_gives_its_items_the_largest_priorit
 
 def test_a_target_that_overflows_gives_the_largest_finite_priority_and_training_goes_on(ctx, make_learner):
     # Finite inputs whose TD target overflows to inf: update_priorities used to raise and stop the learner.
-    cfg = apex_config("algo.min_replay_size=32", "algo.batch_size=32")
+    cfg = apex_config("algo.min_replay_size=32", "algo.batch_size=32", "server.observation_space={type: box, shape: [2], dtype: float32}",
+                      "server.action_space={type: discrete, n: 3}")  # (the learner's specs: OBS and ACT)
     learner, runner = make_learner(cfg)
-    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs), timeout_s=60)
+    reply = say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, OBS, ACT, cfg.actor.num_envs), timeout_s=60)
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.connect(learner.trajectory_endpoint)
@@ -257,7 +258,7 @@ def test_a_target_that_overflows_gives_the_largest_finite_priority_and_training_
     chunk = {"obs": np.zeros((N, *OBS.shape), np.float32), "action": np.zeros(N, np.int64),
              "reward": np.full(N, np.finfo(np.float32).max, np.float32), "discount": np.ones(N, np.float32),
              "next_obs": np.full((N, *OBS.shape), 1e38, np.float32), "priority": np.ones(N, np.float32)}
-    push.send(wire.encode(wire.Kind.TRAJECTORY, chunk))
+    push.send(wire.encode(wire.Kind.TRAJECTORY, chunk, sender_id=reply.sender_id))
     wait_for(lambda: learner.updates >= 3, 60, "updates on the overflowing transitions")
     push.close()
     assert runner.thread.is_alive() and sum(learner.rejected.values()) == 0
@@ -285,7 +286,7 @@ def test_a_warming_learner_keeps_actors_from_asking_again_and_says_what_it_waits
         assert learner.updates == 0 and len(hellos) == connected
         assert {wire.decode(b).policy_version for b in beats} == {0}
         lines = []
-        Report(learner.progress, SimpleNamespace(line=lines.append), learner.source.fill).waiting(1.0, learner.algo.waiting_for())
+        Report(learner.progress, SimpleNamespace(line=lines.append, scalars=lambda values, step: None), learner.source.fill).waiting(1.0, learner.algo.waiting_for())
         n = len(learner.algo.replay)
         assert 0 < n < 100_000 and "waiting for replay" in lines[0] and "/100,000 transitions (algo.min_replay_size)" in lines[0]
         assert "actors 1" in lines[0]

@@ -100,7 +100,7 @@ def test_a_signal_before_the_learner_starts_stops_the_run(tmp_path, monkeypatch)
     started = []
     monkeypatch.setattr(supervisor, "preload", lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C while importing
     monkeypatch.setattr(processes.Child, "start", lambda self: started.append(self.name))
-    opts = launch.RunOptions(config_path=str(DEFAULT_CONFIG), overrides=[], num_actors=2, seed=0, logdir=str(tmp_path), fork=True)
+    opts = launch.RunOptions(num_actors=2, seed=0, logdir=str(tmp_path), fork=True)
     before = signal.getsignal(signal.SIGINT)
     assert launch.run_local(load_config(DEFAULT_CONFIG), opts) == 130
     assert started == []  # nothing started, so nothing would be left waiting for a signal
@@ -272,7 +272,7 @@ def test_an_actor_whose_hello_was_refused_is_not_restarted():
     from zrl import launch
     from zrl.launch import processes, supervisor
 
-    opts = launch.RunOptions(config_path=None, overrides=[], num_actors=1, seed=0, logdir="unused")
+    opts = launch.RunOptions(num_actors=1, seed=0, logdir="unused")
     for code, restarted in ((1, True), (3, False), (2, False)):
         a = processes.Child("actor 0", [], fork=True)
         a.proc = FakeProc(code=code)
@@ -313,7 +313,7 @@ def test_a_run_out_of_time_with_nothing_trained_fails(tmp_path):
     from zrl import launch
     from zrl.launch import summary
 
-    opts = launch.RunOptions(config_path=None, overrides=[], num_actors=2, seed=0, logdir=str(tmp_path))
+    opts = launch.RunOptions(num_actors=2, seed=0, logdir=str(tmp_path))
     final = tmp_path / "learner_final.json"
     for steps, resumed, crashed, code in ((0, 0, True, 1), (5000, 0, True, 0), (5000, 5000, True, 1),
                                           (0, 0, False, 0)):  # (no crash: a limit shorter than the start-up, no client)

@@ -193,7 +193,7 @@ from zrl.config import load_config
 from zrl.launch import RunOptions, run_local
 overrides = ["server.bind=tcp://127.0.0.1:{taken.getsockname()[1]}"]
 cfg = load_config({str(config)!r}, overrides)
-opts = RunOptions(config_path={str(config)!r}, overrides=overrides, num_actors=0, seed=1, logdir={str(tmp_path)!r},
+opts = RunOptions(num_actors=0, seed=1, logdir={str(tmp_path)!r},
                   max_seconds=60, max_restarts=1, restart_backoff_s=(0.0, 0.0))
 sys.exit(run_local(cfg, opts))
 """

@@ -31,14 +31,26 @@ def test_hello_reply_names_endpoints_specs_and_carries_weights(ctx, endpoint, ma
     cfg = small_config()
     learner, _ = make_learner(cfg)
     reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
-    info = reply.json()
-    assert reply.kind == wire.Kind.HELLO_REPLY
+    info = reply.info
     assert info["trajectory_endpoint"] == learner.trajectory_endpoint
     assert info["weights_endpoint"] == learner.weights_endpoint
     assert info["obs_space"] == OBS.to_json() and info["action_space"] == ACT.to_json()
     n = sum(p.numel() for p in learner.model.parameters())
-    assert reply.arrays["params"].shape == (n,) and reply.arrays["params"].dtype == np.float32
-    assert info["policy_version"] == 0
+    params = reply.weights.arrays["params"]
+    assert params.shape == (n,) and params.dtype == np.float32
+    assert info["policy_version"] == 0 == reply.weights.policy_version
+    assert reply.sender_id != 0 and reply.sender_id in learner.senders
+
+
+def test_a_hello_that_claims_its_live_id_keeps_it_and_gets_no_second_copy_of_the_weights(ctx, endpoint, make_learner):
+    cfg = small_config()
+    learner, _ = make_learner(cfg)
+    first = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
+    again = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S, sender_id=first.sender_id)
+    assert again.sender_id == first.sender_id and again.weights is None and not again.info["weights_included"]
+    stranger = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S, sender_id=12345)  # an id never handed out
+    assert stranger.sender_id not in (12345, first.sender_id) and stranger.weights is not None
+    assert len(learner.senders) == 2
 
 
 @pytest.mark.parametrize(
@@ -68,12 +80,12 @@ def test_hellos_are_answered_while_trajectories_stream_in(ctx, endpoint, make_le
     the learner discards them (sink) or its queue fills up (training)."""
     cfg = small_config()
     learner, _ = make_learner(cfg, sink=sink)
-    first = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)  # agrees the specs
+    first = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.setsockopt(zmq.SNDTIMEO, 50)
-    push.connect(first.json()["trajectory_endpoint"])
-    frame = wire.encode(wire.Kind.TRAJECTORY, good_trajectory(cfg), sender_id=1)
+    push.connect(first.info["trajectory_endpoint"])
+    frame = wire.encode(wire.Kind.TRAJECTORY, good_trajectory(cfg), sender_id=first.sender_id)
     stop = threading.Event()
 
     def flood():
@@ -89,8 +101,8 @@ def test_hellos_are_answered_while_trajectories_stream_in(ctx, endpoint, make_le
         wait_for(lambda: learner.env_steps > 0, 30, "trajectories to arrive")
         for i in range(3):
             steps = learner.env_steps
-            reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S, sender_id=2 + i)
-            assert reply is not None and reply.kind == wire.Kind.HELLO_REPLY
+            reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
+            assert reply is not None and reply.sender_id != first.sender_id
             wait_for(lambda: learner.env_steps > steps, 30, "more trajectories after the hello")
     finally:
         stop.set()
@@ -107,14 +119,17 @@ def test_an_actor_with_another_network_is_told_which_model_keys_differ(ctx, endp
         say_hello(ctx, endpoint, meta_for(wider), timeout_s=HELLO_S)
 
 
-def test_specs_are_agreed_by_the_first_hello(ctx, endpoint, make_learner):
+def test_the_specs_come_from_the_config_and_no_hello_decides_them(ctx, endpoint, make_learner):
+    """A stranger's hello with another action count, sent before any actor, is refused with
+    a short reply; the model stays CartPole's and the real actor's hello is answered."""
     cfg = small_config()
-    make_learner(cfg)
-    say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)
-    other = spaces.BoxSpec(shape=(5,), dtype="float32")
-    m = hello_meta(cfg, "actor", 1, other, ACT, cfg.actor.num_envs)
-    with pytest.raises(HelloError, match="differ"):
+    learner, _ = make_learner(cfg)
+    assert (learner.obs_spec, learner.action_spec) == (OBS, ACT)
+    m = hello_meta(cfg, "actor", 1, OBS, spaces.DiscreteSpec(n=7), cfg.actor.num_envs)
+    with pytest.raises(HelloError, match="specs differ from the learner's") as refused:
         say_hello(ctx, endpoint, m, timeout_s=HELLO_S)
+    assert len(str(refused.value)) < 1000
+    assert say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S).weights is not None
 
 
 def test_garbage_on_the_control_socket_gets_an_error_reply(ctx, endpoint, make_learner):
@@ -178,17 +193,16 @@ def test_endpoints_of_the_wrong_form_are_named_before_libzmq_sees_them():
         Client("127.0.0.1:5555", {"type": "box", "shape": [4], "dtype": "float32"}, {"type": "discrete", "n": 2})
 
 
-def test_a_hello_whose_model_cannot_be_built_is_refused_and_the_learner_goes_on(ctx, endpoint, make_learner):
+def test_a_hello_declaring_a_huge_observation_is_refused_before_anything_is_built(ctx, endpoint, make_learner):
     cfg = small_config()
     learner, runner = make_learner(cfg)
-    huge = spaces.BoxSpec(shape=(2**16, 2**16), dtype="float32")  # first layers of 2^38 weights (policy and value)
-    # Sized before anything is allocated: where the OS overcommits memory (an H100 machine
-    # here did), allocating the weights does not fail but initialises them for minutes.
-    with pytest.raises(HelloError, match=r"cannot build the model .*: its 549,755,\d+,\d+ parameters need about 8,192\.\d GiB"):
-        say_hello(ctx, endpoint, hello_meta(cfg, "actor", 0, huge, ACT, cfg.actor.num_envs), timeout_s=30)
-    assert learner.rejected["hello_refused"] == 1 and learner.model is None
-    reply = say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S)  # the next hello agrees the specs
-    assert reply.kind == wire.Kind.HELLO_REPLY and runner.thread.is_alive()
+    model = learner.model
+    huge = spaces.BoxSpec(shape=(2**16, 2**16), dtype="float32")  # first layers of 2^38 weights, were it built
+    with pytest.raises(HelloError, match="specs differ") as refused:
+        say_hello(ctx, endpoint, hello_meta(cfg, "actor", 0, huge, ACT, cfg.actor.num_envs), timeout_s=HELLO_S)
+    assert len(str(refused.value)) < 1000
+    assert learner.rejected["hello_refused"] == 1 and learner.model is model
+    assert say_hello(ctx, endpoint, meta_for(cfg), timeout_s=HELLO_S) is not None and runner.thread.is_alive()
 
 
 def test_an_actor_says_hello_again_to_a_learner_restarted_on_the_same_endpoints(endpoint, make_learner, make_actor, tmp_path):

@@ -155,14 +155,17 @@ def test_published_frames_are_reused_but_never_one_still_held(ctx, make_learner,
         wait_for(lambda: received(0), 30, "the subscription")  # (PUB drops what goes out before it)
         made = len(learner.publisher.frames.layout._finished)
         # A hello reply built from version 0 meanwhile: its frame stays intact while held.
-        held_version, held = learner.publisher.latest
+        held_version, held_frame = learner.publisher.latest_frame
+        held = wire.decode(held_frame).arrays["params"]
+        del held_frame
         for v in range(1, 6):
             publish_and_check(v)
             assert (held == held_version).all() and not held.flags.writeable
         del held
         for v in range(6, 40):
             publish_and_check(v)
-        version, latest = learner.publisher.latest
+        version, frame = learner.publisher.latest_frame
+        latest = wire.decode(frame).arrays["params"]
         assert version == 39 and (latest == 39).all() and not latest.flags.writeable
         # One new frame per version while the oldest was held, none after: frames are reused.
         assert len(learner.publisher.frames.layout._finished) <= made + 5

@@ -1,14 +1,15 @@
 """A learner fed garbage, truncated, oversized and mis-shaped messages keeps training."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import zmq
 
 from zrl import spaces, transport, wire
 from zrl.protocol import native as native_module
-from zrl.actors.actor import hello_meta, say_hello
-from helpers import good_trajectory, small_config, wait_for
+from helpers import good_trajectory, sender_id_from_hello, small_config, wait_for
 
 
 # With ZRL_NATIVE_ZMQ=0 the actor sends and the learner receives through pyzmq alone.
@@ -28,7 +29,9 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
     push.connect(learner.trajectory_endpoint)
     T, K = cfg.actor.unroll_length, cfg.actor.num_envs
     good = good_trajectory(cfg)
-    valid = bytes(wire.encode(wire.Kind.TRAJECTORY, good))
+    sid = sender_id_from_hello(ctx, learner, cfg)
+    encode = functools.partial(wire.encode, sender_id=sid)
+    valid = bytes(encode(wire.Kind.TRAJECTORY, good))
     bad = {
         "too_short": [b"", b"x", valid[:20]],
         "bad_length": [valid[:-1], valid[:200]],
@@ -37,17 +40,17 @@ def test_learner_survives_bad_messages_and_keeps_training(ctx, make_learner, mak
         "bad_version": [valid[:4] + b"\x09\x00" + valid[6:]],
         "bad_kind": [valid[:6] + b"\xee\x00" + valid[8:]],
         "unexpected_kind": [bytes(wire.encode(wire.Kind.WEIGHTS, {"params": np.zeros(3, np.float32)}))],
-        "bad_shape": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "obs": np.zeros((T + 1, K, 5), np.float32)}))],
-        "bad_dtype": [bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "reward": np.zeros((T, K), np.float64)}))],
-        "missing_field": [bytes(wire.encode(wire.Kind.TRAJECTORY, {k: v for k, v in good.items() if k != "reward"}))],
+        "bad_shape": [bytes(encode(wire.Kind.TRAJECTORY, {**good, "obs": np.zeros((T + 1, K, 5), np.float32)}))],
+        "bad_dtype": [bytes(encode(wire.Kind.TRAJECTORY, {**good, "reward": np.zeros((T, K), np.float64)}))],
+        "missing_field": [bytes(encode(wire.Kind.TRAJECTORY, {k: v for k, v in good.items() if k != "reward"}))],
         "bad_value": [
-            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), 7, np.int64)})),
-            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), -1, np.int64)})),
-            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "final_index": np.array([-3], np.int32), "final_obs": np.zeros((1, 4), np.float32)})),
-            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "reward": np.full((T, K), np.nan, np.float32)})),
-            bytes(wire.encode(wire.Kind.TRAJECTORY, {**good, "obs": np.full((T + 1, K, 4), np.inf, np.float32)})),
+            bytes(encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), 7, np.int64)})),
+            bytes(encode(wire.Kind.TRAJECTORY, {**good, "action": np.full((T, K), -1, np.int64)})),
+            bytes(encode(wire.Kind.TRAJECTORY, {**good, "final_index": np.array([-3], np.int32), "final_obs": np.zeros((1, 4), np.float32)})),
+            bytes(encode(wire.Kind.TRAJECTORY, {**good, "reward": np.full((T, K), np.nan, np.float32)})),
+            bytes(encode(wire.Kind.TRAJECTORY, {**good, "obs": np.full((T + 1, K, 4), np.inf, np.float32)})),
         ],
-        "bad_header": [bytes(wire.encode(wire.Kind.TRAJECTORY, good, policy_version=2**64 - 1))],
+        "bad_header": [bytes(encode(wire.Kind.TRAJECTORY, good, policy_version=2**64 - 1))],
     }
     rng = np.random.default_rng(0)
     bad["random"] = [rng.integers(0, 256, rng.integers(1, 3000), dtype=np.uint8).tobytes() for _ in range(200)]
@@ -72,15 +75,14 @@ def test_an_update_whose_gradients_overflow_leaves_the_weights_finite(ctx, make_
     # loss to inf/NaN: the update zeroes its gradients instead of writing NaN into every weight.
     cfg = small_config("model.activation=relu")
     learner, runner = make_learner(cfg)
-    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, spaces.BoxSpec(shape=(4,), dtype="float32"),
-                                                        spaces.DiscreteSpec(n=2), cfg.actor.num_envs), timeout_s=10)
+    sid = sender_id_from_hello(ctx, learner, cfg)
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.connect(learner.trajectory_endpoint)
     huge = good_trajectory(cfg)
     huge["obs"] = np.full_like(huge["obs"], 3e38)
     for _ in range(6):  # batch_size 8 / K 4: 3 updates
-        push.send(wire.encode(wire.Kind.TRAJECTORY, huge))
+        push.send(wire.encode(wire.Kind.TRAJECTORY, huge, sender_id=sid))
     wait_for(lambda: learner.updates >= 3, 60, "updates on the huge chunks")
     push.close()
     assert runner.thread.is_alive()
@@ -114,7 +116,7 @@ def test_a_chunk_rejected_at_the_batch_join_is_dropped_and_its_batch_mates_train
     cfg = small_config(f"learner.prefetch_batches={prefetch}")  # a batch is two chunks of 4 envs
     learner, runner = make_learner(cfg)
     obs, act = spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)
-    say_hello(ctx, learner.control_endpoint, hello_meta(cfg, "actor", 0, obs, act, cfg.actor.num_envs), timeout_s=60)
+    sid = sender_id_from_hello(ctx, learner, cfg, obs=obs, act=act)
     T, K = cfg.actor.unroll_length, cfg.actor.num_envs
     good = good_trajectory(cfg)
     bad = {**good, "obs": good["obs"].copy()}
@@ -123,7 +125,7 @@ def test_a_chunk_rejected_at_the_batch_join_is_dropped_and_its_batch_mates_train
     push.setsockopt(zmq.LINGER, 0)
     push.connect(learner.trajectory_endpoint)
     for seq, arrays in enumerate([bad, good, good]):
-        push.send(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays, seq=seq)))
+        push.send(bytes(wire.encode(wire.Kind.TRAJECTORY, arrays, seq=seq, sender_id=sid)))
     push.close()
     wait_for(lambda: learner.updates >= 1, 60, "an update from the two good chunks")
     assert dict(learner.rejected) == {"bad_value": 1}
@@ -138,7 +140,6 @@ def test_chunks_put_back_never_make_a_batch_wider_than_batch_size(make_learner):
     the queue; the next batches take them in order, only while they fit."""
     cfg = small_config()  # batch_size 8
     learner, _ = make_learner(cfg, start=False)
-    learner._build(spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
     chunk = lambda k: (object(), {"T": 5, "K": k, "M": 0})  # columns() reads K alone
     back = [chunk(4), chunk(2), chunk(4)]
     learner.source.leftover = list(back)

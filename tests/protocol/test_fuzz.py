@@ -1,7 +1,6 @@
 """10,000 seeded bad messages at the learner's PULL and the agent server's ROUTER while training runs."""
 from __future__ import annotations
 
-import ctypes
 import threading
 
 import numpy as np
@@ -11,20 +10,10 @@ import zmq
 
 from zrl import wire
 from zrl.server import AgentServer
-from helpers import Running, good_trajectory, small_config, wait_for
+from helpers import Running, good_trajectory, live_rss, small_config, wait_for
 
 N_LEARNER = 6000
 N_SERVER = 4000
-
-
-def live_rss(proc: psutil.Process) -> int:
-    """Resident memory after glibc hands freed pages back, so a reading counts live memory and not the
-    high-water mark of whatever ZeroMQ queued between two readings."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the plain reading is all there is
-        pass
-    return proc.memory_info().rss
 
 
 def bad_frames(rng: np.random.Generator, valid: bytes, good_arrays: dict, n: int):

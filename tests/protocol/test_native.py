@@ -132,7 +132,7 @@ def test_pusher_and_drain_deliver_what_pyzmq_does(pair, request, K, native):
     push, pull = pair
     cfg = small_config(f"actor.num_envs={K}", "learner.batch_size=2400")
     expected = recorder_frames(cfg, 12)  # the same chunks, finished in Python
-    link = SimpleNamespace(pusher=transport.Pusher(push))
+    link = SimpleNamespace(pusher=transport.Pusher(push), sender_id=5)  # (recorder_frames sends as id 5)
     assert (link.pusher.api is not None) == native
     handed_back = recorder_frames(cfg, 12, push_link=link)
     assert len(handed_back) <= 2  # only chunks with more truncations than envs
@@ -346,7 +346,7 @@ def test_a_small_sent_chunk_frame_takes_the_next_chunk_in_place(pair, request, n
     K, T = 2, 5
     cfg = small_config(f"actor.num_envs={K}", f"actor.unroll_length={T}", "learner.batch_size=2")
     rec = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)).make_recorder(
-        None, num_envs=K, sender=Sender(1, link=SimpleNamespace(pusher=transport.Pusher(push))))
+        None, num_envs=K, sender=Sender(1, link=SimpleNamespace(pusher=transport.Pusher(push), sender_id=1)))
     rng = np.random.default_rng(0)
     first = rng.standard_normal((K, 4)).astype(np.float32)
     rec.begin(first)
@@ -389,7 +389,7 @@ def test_the_one_call_chunk_path_gives_way_to_truncations_a_full_queue_and_a_new
 
     try:
         push, pull = connected()
-        link = SimpleNamespace(pusher=native_pusher(push))
+        link = SimpleNamespace(pusher=native_pusher(push), sender_id=1)
         cfg = small_config(f"actor.num_envs={K}", f"actor.unroll_length={T}", "learner.batch_size=2")
         rec = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2)).make_recorder(
             None, num_envs=K, sender=Sender(1, link=link))
@@ -763,7 +763,7 @@ def test_recorders_sharing_a_sender_each_keep_their_one_call_path():
         pull.bind("inproc://shared-sender")
         push.connect("inproc://shared-sender")
         cfg = small_config(f"actor.num_envs={K}", f"actor.unroll_length={T}", "learner.batch_size=2")
-        sender = Sender(1, link=SimpleNamespace(pusher=native_pusher(push)))
+        sender = Sender(1, link=SimpleNamespace(pusher=native_pusher(push), sender_id=1))
         algo = Impala(cfg, spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
         recs = [algo.make_recorder(None, num_envs=K, sender=sender) for _ in range(G)]
         rng = np.random.default_rng(3)

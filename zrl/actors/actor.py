@@ -130,12 +130,12 @@ class Actor:
             obs_spec, action_spec = envs[0].observation_spec, envs[0].action_spec
             algo, precision = self._build_model(obs_spec, action_spec)
             meta = hello_meta(cfg, "eval" if self.eval_mode else "actor", self.index, obs_spec, action_spec, width)
-            self.link = LearnerLink(self.ctx, self.learner, meta, self.model, sender_id=self.index, timeout_s=cfg.actor.learner_timeout_s,
+            self.link = LearnerLink(self.ctx, self.learner, meta, self.model, timeout_s=cfg.actor.learner_timeout_s,
                                     send_hwm=cfg.actor.send_hwm, stop=self.stop, say=self._say, on_weights=self._on_weights,
-                                    curve=transport.Curve.from_config(cfg.security))
+                                    curve=transport.Curve.from_config(cfg.security), keepalive_s=cfg.learner.actor_timeout_s / 2)
             if not self.link.connect():
                 return 0
-            sender = Sender(self.index, link=self.link)  # sends chunks through link.pusher
+            sender = Sender(link=self.link)  # sends chunks through link.pusher, as the id the learner gave
             if self.eval_mode:
                 policy, self.recorders = algo.make_eval_policy(self.model, greedy=True), [NullRecorder()]
             else:

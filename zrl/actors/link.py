@@ -9,6 +9,7 @@ import os
 import socket as pysocket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from zrl import spaces, transport, wire
 from zrl.config import Config
 from zrl.models import flatten_parameters
 
-__all__ = ["HelloError", "HelloProbe", "LearnerFinished", "LearnerLink", "hello_meta", "say_hello"]
+__all__ = ["HelloBusy", "HelloError", "HelloProbe", "HelloReply", "LearnerFinished", "LearnerLink", "hello_meta", "say_hello"]
 
 log = logging.getLogger("zrl.actor")
 
@@ -28,8 +29,29 @@ class HelloError(RuntimeError):
     """The learner refused our hello; the message is the learner's reason."""
 
 
+class HelloBusy(HelloError):
+    """The learner refused our hello for now (too many senders, or too many new ones at
+    once), not for a mismatch: say hello again later."""
+
+
+BUSY = "busy: "  # how the learner's text of such a refusal starts (zrl.learner.handshake)
+
+
 class LearnerFinished(Exception):
     pass
+
+
+@dataclass
+class HelloReply:
+    """The learner's answer to a hello: its meta (`info`: the sender id to send with,
+    endpoints, specs, policy version, instance) and, for a new sender id, the weights."""
+
+    info: dict[str, Any]
+    weights: wire.Message | None
+
+    @property
+    def sender_id(self) -> int:
+        return self.info["sender_id"]
 
 
 def hello_meta(config: Config, role: str, index: int, obs_spec: spaces.Spec, action_spec: spaces.Spec, num_envs: int) -> dict[str, Any]:
@@ -50,9 +72,11 @@ def hello_meta(config: Config, role: str, index: int, obs_spec: spaces.Spec, act
 
 
 def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: float, sender_id: int = 0, curve: transport.Curve | None = None,
-              stop: threading.Event | None = None) -> wire.Message | None:
+              stop: threading.Event | None = None) -> HelloReply | None:
     """One hello attempt on a fresh DEALER (the Lazy Pirate pattern): the reply, or None on
     timeout (or once `stop` is set: an actor told to stop does not wait out the timeout).
+    `sender_id` is the id a previous reply handed out (0: none yet); the learner keeps it
+    while it is live, and sends weights only with a new one.
 
     Raises HelloError when the learner answers with an error.
     """
@@ -66,12 +90,18 @@ def say_hello(ctx: zmq.Context, endpoint: str, meta: dict[str, Any], timeout_s: 
         while not sock.poll(min(100, max(0, int((deadline - time.monotonic()) * 1000))), zmq.POLLIN):
             if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
                 return None
-        msg = wire.decode(sock.recv(copy=False), allowed_kinds=frozenset({int(wire.Kind.HELLO_REPLY), int(wire.Kind.ERROR)}))
-        if msg.kind == wire.Kind.ERROR:
-            raise HelloError(f"learner at {endpoint} refused hello: {msg.text()}")
-        return msg
+        return _read_reply(sock.recv_multipart(copy=False), endpoint)
     finally:
         sock.close(linger=0)
+
+
+def _read_reply(frames: list, endpoint: str) -> HelloReply:
+    msg = wire.decode(frames[0], allowed_kinds=frozenset({int(wire.Kind.HELLO_REPLY), int(wire.Kind.ERROR)}))
+    if msg.kind == wire.Kind.ERROR:
+        text = msg.text()
+        raise (HelloBusy if text.startswith(BUSY) else HelloError)(f"learner at {endpoint} refused hello: {text}")
+    weights = wire.decode(frames[1], allowed_kinds=frozenset({int(wire.Kind.WEIGHTS)})) if len(frames) > 1 else None
+    return HelloReply(msg.json(), weights)
 
 
 class LearnerLink:
@@ -86,13 +116,14 @@ class LearnerLink:
     weights that arrived and never blocks. Not thread-safe: one owner thread.
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, meta: dict[str, Any], model: torch.nn.Module, *, sender_id: int,
-                 timeout_s: float, send_hwm: int, stop: threading.Event, say, on_weights=None, curve: transport.Curve | None = None):
+    def __init__(self, ctx: zmq.Context, endpoint: str, meta: dict[str, Any], model: torch.nn.Module, *, sender_id: int = 0,
+                 timeout_s: float, send_hwm: int, stop: threading.Event, say, on_weights=None, curve: transport.Curve | None = None,
+                 keepalive_s: float | None = None):
         self.ctx = ctx
         self.endpoint = endpoint
         self.meta = meta
         self.model = model
-        self.sender_id = sender_id
+        self.sender_id = sender_id  # the learner's id for us, from its hello reply
         self.timeout_s = timeout_s
         self.send_hwm = send_hwm
         self.stop = stop
@@ -105,6 +136,11 @@ class LearnerLink:
         self._probe: HelloProbe | None = None  # a check of the learner while no weights come
         self._opened = 0  # how many times _open ran: a probe's reply is stale if the link reopened since
         self._probe_opened = 0
+        # Says hello (claiming its id) at least this often, so the learner never reuses the id
+        # of a sender that is quiet (an agent server without clients, an evaluation actor on
+        # long episodes), and a reused one is noticed (learner.actor_timeout_s / 2; None: never).
+        self.keepalive_s = keepalive_s
+        self._hello_at = time.monotonic()
         self.push: zmq.Socket | None = None
         self.pusher: transport.Pusher | None = None  # sends recorders' chunks on `push` (Sender)
         self.sub: zmq.Socket | None = None
@@ -121,22 +157,29 @@ class LearnerLink:
         t0 = time.monotonic()
         while not self.stop.is_set():
             attempt += 1
-            reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve, stop=self.stop)
+            try:
+                reply = say_hello(self.ctx, self.endpoint, self.meta, self.timeout_s, sender_id=self.sender_id, curve=self.curve, stop=self.stop)
+            except HelloBusy as e:
+                self._say(f"{e}; saying hello again in {min(attempt, 10)}s")
+                self.stop.wait(min(attempt, 10))
+                continue
             if reply is not None:
                 break
             self._say(f"learner at {self.endpoint} not answering (attempt {attempt}, {time.monotonic() - t0:.0f}s); retrying")
         else:
             return False
         self._open(reply)
-        self._apply_weights(reply)
+        self._apply_weights(reply.weights)
         if attempt > 1:
             self._say(f"learner is back; reconnected at policy version {self.policy_version}")
         return True
 
-    def _open(self, reply: wire.Message) -> None:
-        """(Re)opens PUSH and SUB to the endpoints a hello reply names."""
-        info = reply.json()
+    def _open(self, reply: HelloReply) -> None:
+        """(Re)opens PUSH and SUB to the endpoints a hello reply names, sending as the id it hands out."""
+        info = reply.info
         self.close()
+        self.sender_id = reply.sender_id
+        self._hello_at = time.monotonic()
         self.endpoints = (info["trajectory_endpoint"], info["weights_endpoint"])
         self.instance = info.get("learner_instance")
         self._weights_at = time.monotonic()
@@ -165,7 +208,9 @@ class LearnerLink:
             self._probe = None
         self.close()
 
-    def _apply_weights(self, msg: wire.Message) -> None:
+    def _apply_weights(self, msg: wire.Message | None) -> None:
+        if msg is None:  # (a hello reply for an id the learner knows: the weights come on SUB)
+            return
         params = msg.arrays.get("params")
         if params is None or params.dtype != np.float32 or params.shape != (self.n_params,):
             log.warning("ignoring weights of shape %s (model has %d parameters)", None if params is None else params.shape, self.n_params)
@@ -204,6 +249,8 @@ class LearnerLink:
                 self._weights_at = time.monotonic()
         elif self._probe is not None or time.monotonic() - self._weights_at >= self.timeout_s:
             self._watch()
+        if self._probe is None and self.keepalive_s is not None and time.monotonic() - self._hello_at >= self.keepalive_s:
+            self._watch()
 
     def wait_for_version(self, version: int) -> None:
         """Waits until weights of `version` or newer are applied, until stopped, or until the
@@ -221,6 +268,7 @@ class LearnerLink:
         if self._probe is None:
             self._probe = HelloProbe(self)
             self._probe_opened = self._opened
+            self._hello_at = time.monotonic()
             return
         if not self._probe.done.is_set():
             return
@@ -282,20 +330,23 @@ class LearnerLink:
         if not self.follow(reply):
             self._say("learner is busy (back-pressure); still waiting to send")
 
-    def follow(self, reply: wire.Message) -> bool:
+    def follow(self, reply: HelloReply) -> bool:
         """Given a hello reply from a liveness check: if the learner names other endpoints
         or is another instance (it restarted), reopens to those and applies its weights.
         True if it did."""
-        info = reply.json()
+        info = reply.info
         if (info["trajectory_endpoint"], info["weights_endpoint"]) == self.endpoints:
             if info.get("learner_instance") == self.instance:
+                if reply.sender_id != self.sender_id:  # (the learner reused our id while we were silent)
+                    self._say(f"the learner handed out a new sender id; sending as {reply.sender_id}")
+                    self.sender_id = reply.sender_id
                 return False
             # The hello that got this reply has agreed the specs with the new learner.
             self._say("the learner restarted on the same endpoints; reconnecting")
         else:
             self._say("the learner restarted on new endpoints; reconnecting")
         self._open(reply)
-        self._apply_weights(reply)
+        self._apply_weights(reply.weights)
         return True
 
 
@@ -305,7 +356,7 @@ class HelloProbe:
     within the timeout or the learner refused; read it once `done` is set."""
 
     def __init__(self, link: LearnerLink):
-        self.reply: wire.Message | None = None
+        self.reply: HelloReply | None = None
         self.done = threading.Event()
         args = (link.ctx, link.endpoint, link.meta, link.timeout_s)
         kw = {"sender_id": link.sender_id, "curve": link.curve, "stop": link.stop}

@@ -14,7 +14,8 @@ from zrl import wire
 
 
 class Sender:
-    """Frames an actor's messages: its sender id and a running sequence number.
+    """Frames an actor's messages: its sender id (the learner's, through the link) and a
+    running sequence number.
 
     With a `link` (the actor's LearnerLink, or anything whose `pusher` is a
     transport.Pusher), `finish` also sends the message through the link's current
@@ -22,10 +23,16 @@ class Sender:
     the frame, for the caller to send (and wait, or drop) as any other.
     """
 
-    def __init__(self, sender_id: int, link=None):
-        self.sender_id = sender_id
+    def __init__(self, sender_id: int = 0, link=None):
+        self._sender_id = sender_id
         self.seq = 0
         self.link = link
+        self.id_from = link  # whose `sender_id` frames carry (a LearnerLink: the learner's id for us)
+
+    @property
+    def sender_id(self) -> int:
+        """The id the learner handed out (through `id_from`), else the one given."""
+        return self.id_from.sender_id if self.id_from is not None else self._sender_id
 
     def finish(self, msg: wire.OutMessage, policy_version: int, rows: "wire.Cut | dict[str, int] | None" = None):
         self.seq += 1

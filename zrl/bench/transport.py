@@ -279,7 +279,7 @@ def _sender_main(conn) -> None:
             s.connect(endpoints[mode])
         pusher = Pusher(state["socks"]["zrl"])
         # The actor's Sender, sending through its link's pusher (actors.actor.LearnerLink).
-        sender = Sender(0, link=types.SimpleNamespace(pusher=pusher))
+        sender = Sender(0, link=types.SimpleNamespace(pusher=pusher, sender_id=0))
         rec = _recorder(_impala(chunk), chunk.K, sender)
         rec.msg.arrays["obs"][:] = 1  # (the recorder's arrays are zeroed; raw sends ones)
         state.update(

@@ -1,4 +1,5 @@
-"""What `zrl run` was asked to do: the options the supervisor and the summary read."""
+"""What `zrl run` was asked to do: the options the supervisor and the summary read. The
+config is the run's own (the children read it from LOGDIR/config.yaml)."""
 from __future__ import annotations
 
 import os
@@ -8,8 +9,6 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RunOptions:
-    config_path: str | None
-    overrides: list[str]
     num_actors: int
     seed: int
     logdir: str

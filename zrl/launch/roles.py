@@ -11,9 +11,11 @@ import json
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 from zrl.config import Config, ConfigError
+from zrl.launch import rundir
 from zrl.protocol.endpoints import is_loopback
 
 # Exit codes a restart would not change: the config cannot run, or the learner refused the hello.
@@ -21,18 +23,34 @@ EXIT_CONFIG = 2
 EXIT_REFUSED = 3
 
 
-def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=None, max_seconds=None, max_env_steps=None, ready_file=None, install_signals: Callable | None = None) -> int:
+def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=None, max_seconds=None, max_env_steps=None, ready_file=None,
+                install_signals: Callable | None = None, own_logdir: bool = False) -> int:
+    """own_logdir: this learner readies LOGDIR itself, as `zrl run` does for its learner (an
+    earlier run moved aside unless resuming; config.yaml written once the learner has taken
+    the config and any checkpoint, so that a refused resume writes nothing)."""
     from zrl.checkpoint import CheckpointError  # lazy: imports torch
     from zrl.learner.learner import Learner  # lazy: imports torch
 
     try:
+        if own_logdir and not resume:
+            moved = rundir.make_room(Path(logdir))
+            if moved is not None:
+                print(f"[learner] {logdir} held an earlier run: moved it to {moved} (--resume continues a run instead)", flush=True)
         learner = Learner(cfg, bind, logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
-    except (OSError, CheckpointError, ValueError) as e:
+    except (OSError, CheckpointError, ValueError) as e:  # (rundir.RunDirError and ConfigError are ValueErrors)
         print(f"[learner] error: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    try:
+        if own_logdir:
+            rundir.save_config(Path(logdir), cfg)
+    except OSError as e:
+        learner.close()
+        print(f"[learner] error: cannot write {Path(logdir) / rundir.CONFIG_FILE}: {e.strerror or e}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     if install_signals is not None:
         install_signals(learner.request_stop)
-    warn_if_exposed("learner", learner.control_endpoint, cfg)
+    warn_if_exposed("learner", {"control": learner.control_endpoint, "trajectory": learner.trajectory_endpoint,
+                                "weights": learner.weights_endpoint}, cfg)
     if ready_file:
         write_ready_file(ready_file, learner)
     try:
@@ -69,7 +87,8 @@ def run_actor(cfg: Config, learner_endpoint: str, index: int, num_actors: int, s
     return 130 if stop.is_set() else 0  # stopped by a signal, or told to by the learner
 
 
-def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, checkpoint_path=None, seed=None, install_signals: Callable | None = None) -> int:
+def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, checkpoint_path=None, seed=None, logdir=None,
+               install_signals: Callable | None = None) -> int:
     from zrl.actors.actor import HelloError  # lazy: imports torch
     from zrl.checkpoint import CheckpointError  # lazy: imports torch
     from zrl.server import AgentServer  # lazy: imports torch
@@ -78,14 +97,14 @@ def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, c
     if install_signals is not None:
         install_signals(stop.set)
     try:
-        server = AgentServer(cfg, bind, learner_endpoint, stop=stop, checkpoint_path=checkpoint_path, seed=seed)
+        server = AgentServer(cfg, bind, learner_endpoint, stop=stop, checkpoint_path=checkpoint_path, seed=seed, logdir=logdir)
     except (ValueError, CheckpointError) as e:
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     except OSError as e:  # e.g. its port in use: zrl run tries again later
         print(f"[server] error: {e}", file=sys.stderr, flush=True)
         return 1
-    warn_if_exposed("server", server.endpoint, cfg)
+    warn_if_exposed("server", {"client": server.endpoint}, cfg)
     try:
         server.run()
     except HelloError as e:
@@ -94,7 +113,13 @@ def run_server(cfg: Config, bind: str | None, learner_endpoint: str | None, *, c
     return 0  # stopping on a signal is how a server ends
 
 
-def warn_if_exposed(role: str, endpoint: str, cfg: Config) -> None:
-    if not is_loopback(endpoint) and not cfg.security.curve:
-        print(f"[{role}] warning: bound to {endpoint}, reachable from other machines, without CURVE: "
-              "anyone who can reach it can send data and read weights (see docs/DEPLOY.md, security.curve)", file=sys.stderr, flush=True)
+def warn_if_exposed(role: str, endpoints: dict[str, str], cfg: Config) -> None:
+    """A warning on stderr for each of the role's binds ({socket name: bound endpoint}) that
+    other machines can reach without CURVE: each is bound on its own (learner.trajectory_bind,
+    learner.weights_bind), so a loopback control endpoint says nothing of the others."""
+    if cfg.security.curve:
+        return
+    for name, endpoint in endpoints.items():
+        if not is_loopback(endpoint):
+            print(f"[{role}] warning: {name} socket bound to {endpoint}, reachable from other machines, without CURVE: "
+                  "anyone who can reach it can send data and read weights (see docs/DEPLOY.md, security.curve)", file=sys.stderr, flush=True)

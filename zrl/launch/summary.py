@@ -1,21 +1,26 @@
 """LOGDIR/summary.json, written when `zrl run` ends: what the run did (from the learner's
 learner_final.json and the run's options), its one-line report, and the exit code the
-learner's own implies.
+learner's own implies. A learner that did not finish cleanly (killed, crashed) wrote no
+learner_final.json: the summary then takes the counters of its newest checkpoint, and says so.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 from zrl.launch.options import RunOptions
+from zrl.launch.roles import EXIT_CONFIG
 
 
 def summarise(final_path: Path, logdir: Path, opts: RunOptions, t_end: float, learner_code: int | None, stop_reason: str | None = None,
-              actors_crashed: bool = False) -> int:
-    """Writes LOGDIR/summary.json and prints its line; returns the run's exit code."""
-    summary = build_summary(read_final(final_path), opts, t_end, learner_code, stop_reason)
+              actors_crashed: bool = False, resumed_env_steps: int = 0) -> int:
+    """Writes LOGDIR/summary.json and prints its line; returns the run's exit code.
+    resumed_env_steps: the env steps of the checkpoint a --resume started from."""
+    final = read_final(final_path) or from_checkpoint(logdir, learner_code, resumed_env_steps)
+    summary = build_summary(final, opts, t_end, learner_code, stop_reason)
     tmp = logdir / ".summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp, logdir / "summary.json")
@@ -40,6 +45,40 @@ def read_final(final_path: Path) -> dict:
         return {}
 
 
+def from_checkpoint(logdir: Path, learner_code: int | None, resumed_env_steps: int) -> dict:
+    """What the newest checkpoint knows, in learner_final.json's form, for a learner that wrote
+    none; its stop reason says how the learner ended."""
+    final = {"stop_reason": _how_the_learner_ended(learner_code), "learner_finished": False,
+             "resumed_env_steps": resumed_env_steps, "env_steps": resumed_env_steps, "counters_from": None}
+    ckdir = logdir / "checkpoints"
+    if not ckdir.is_dir():
+        return final
+    from zrl import checkpoint  # lazy: imports torch, which only a failed learner's summary needs here
+
+    found = checkpoint.load_latest(ckdir)
+    if found is None:
+        return final
+    path, state = found
+    c = state["counters"]
+    returns, source = (c.get("recent_eval_returns"), "eval") if c.get("recent_eval_returns") else (c.get("recent_returns"), "train")
+    final.update(env_steps=c.get("env_steps", 0), updates=c.get("updates"), episodes=c.get("episodes"), return_source=source,
+                 final_mean_return=sum(returns) / len(returns) if returns else None, counters_from=str(path))
+    final["stop_reason"] += f"; counters from its newest checkpoint, {path.name}"
+    return final
+
+
+def _how_the_learner_ended(code: int | None) -> str:
+    if code == EXIT_CONFIG:
+        return "the learner cannot run with this config (exit code 2, its error above)"
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"learner killed by {name}: it did not finish cleanly"
+    return f"learner failed{f' (exit code {code})' if code is not None else ''}: it did not finish cleanly"
+
+
 def build_summary(final: dict, opts: RunOptions, t_end: float, learner_code: int | None, stop_reason: str | None) -> dict:
     wall = t_end - opts.t_start
     steps = int(final.get("env_steps", 0))
@@ -62,6 +101,8 @@ def build_summary(final: dict, opts: RunOptions, t_end: float, learner_code: int
         "num_actors": opts.num_actors,
         "seed": opts.seed,
         "learner_exit_code": learner_code,
+        "learner_finished": final.get("learner_finished", True),  # False: it wrote no learner_final.json
+        "counters_from": final.get("counters_from", "learner_final.json"),
     }
 
 

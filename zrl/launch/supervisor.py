@@ -1,7 +1,8 @@
-"""`zrl run`: the Supervisor starts the learner and N actors (and an evaluation actor, an
-agent server) as child processes of this one, restarts an actor that dies (with a back-off
-and a cap), stops every child when the learner exits or on Ctrl-C, and writes
-LOGDIR/summary.json.
+"""`zrl run`: the Supervisor readies the run's directory (zrl.launch.rundir: an earlier run
+moved aside, or a --resume checked before anything starts; LOGDIR/config.yaml written, which
+every child reads), starts the learner and N actors (and an evaluation actor, an agent
+server) as child processes of this one, restarts an actor that dies (with a back-off and a
+cap), stops every child when the learner exits or on Ctrl-C, and writes LOGDIR/summary.json.
 
 A first SIGINT or SIGTERM asks the learner to checkpoint and exit and stops the actors; a
 second kills them all. The run fails (and stops) once the actors cannot feed the learner:
@@ -20,7 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from zrl.config import Config
+from zrl.config import Config, ConfigError
+from zrl.launch import rundir
 from zrl.launch.options import RunOptions
 from zrl.launch.processes import Child, reap
 from zrl.launch.roles import EXIT_CONFIG, EXIT_REFUSED
@@ -57,13 +59,14 @@ class Supervisor:
         self.asked_learner = False  # sent it its SIGINT (once: a second one costs its checkpoint)
         self.forced = False  # a second signal killed every child
         self.failure: tuple[int, str] | None = None  # (exit code, stop reason) when the actors made the run fail
+        self.resumed_env_steps = 0  # the env steps of the checkpoint a --resume starts from
 
     @property
     def children(self) -> list[Child]:
         return [self.learner, *self.actors]
 
     def run(self) -> int:
-        if not self._make_logdir():
+        if not self._ready_logdir():
             return 2
         self.final_path.unlink(missing_ok=True)
         self.tmpdir = tempfile.mkdtemp(prefix="zrl-run-")
@@ -79,13 +82,36 @@ class Supervisor:
             self._shut_down(old)
         return self._finish(t_end)
 
-    def _make_logdir(self) -> bool:
+    def _ready_logdir(self) -> bool:
+        """Readies LOGDIR for this run; False, having said why, when it cannot be used. A resume
+        is checked first, as the learner would check it, so that a refused one writes nothing."""
+        from zrl.checkpoint import CheckpointError  # lazy: imports torch
+
         try:
+            if self.opts.resume:
+                self.resumed_env_steps = self._check_resume()
+            else:
+                self._make_room()
             self.logdir.mkdir(parents=True, exist_ok=True)
+            rundir.save_config(self.logdir, self.cfg)
         except OSError as e:
             print(f"[zrl run] error: cannot use logdir {self.logdir}: {e.strerror or e}", file=sys.stderr, flush=True)
             return False
+        except (rundir.RunDirError, CheckpointError, ConfigError) as e:
+            print(f"[zrl run] error: {e}", file=sys.stderr, flush=True)
+            return False
         return True
+
+    def _check_resume(self) -> int:
+        from zrl.learner.resume import check_resume  # lazy: imports torch
+
+        counters = check_resume(self.cfg, self.logdir / "checkpoints")
+        return int(counters.get("env_steps", 0)) if counters else 0
+
+    def _make_room(self) -> None:
+        moved = rundir.make_room(self.logdir)
+        if moved is not None:
+            print(f"[zrl run] {self.logdir} held an earlier run: moved it to {moved} (--resume continues a run instead)", flush=True)
 
     def _make_children(self) -> None:
         self.bind = self.opts.bind or f"ipc://{self.tmpdir}/control"
@@ -99,12 +125,14 @@ class Supervisor:
             c.on_start = self._write_pids
 
     def _config_args(self) -> list[str]:
-        """The config the children read: the one this process did."""
-        return (["--config", self.opts.config_path] if self.opts.config_path else []) + [a for o in self.opts.overrides for a in ("-o", o)]
+        """The config the children read: this run's, as saved in LOGDIR (an actor restarted after
+        the user edited the config file still gets the run's)."""
+        return ["--config", str(self.logdir / rundir.CONFIG_FILE)]
 
     def _learner_argv(self) -> list[str]:
         opts = self.opts
-        argv = [*ZRL, "learner", *self._config_args(), "--bind", self.bind, "--logdir", str(self.logdir), "--seed", str(opts.seed)]
+        argv = [*ZRL, "learner", *self._config_args(), "--bind", self.bind, "--logdir", str(self.logdir), "--logdir-ready",
+                "--seed", str(opts.seed)]
         for flag, value in (("--stop-at-return", opts.stop_at_return), ("--max-seconds", opts.max_seconds), ("--max-env-steps", opts.max_env_steps)):
             if value is not None:
                 argv += [flag, str(value)]
@@ -118,7 +146,8 @@ class Supervisor:
         """The command line of self.actors[i], which connects to the learner at `endpoint`."""
         seed = str(self.opts.seed)
         if name == "agent server":
-            return [*ZRL, "serve", *self._config_args(), "--learner", endpoint, "--seed", seed]
+            # (its own folder: its rejected/* tags are the server's, not the learner's)
+            return [*ZRL, "serve", *self._config_args(), "--learner", endpoint, "--seed", seed, "--logdir", str(self.logdir / "server")]
         # The evaluation actor takes the index after the training actors' (its sender id).
         evaluating = i == self.opts.num_actors
         n = self.opts.num_actors + 1 if evaluating else self.opts.num_actors
@@ -223,7 +252,7 @@ class Supervisor:
         """Writes summary.json; the run's exit code."""
         crashed = any(a.restarts or a.restart_at is not None or a.gave_up is not None for a in self.actors)
         code = summarise(self.final_path, self.logdir, self.opts, t_end, self.learner.proc.returncode,
-                         stop_reason=self.failure and self.failure[1], actors_crashed=crashed)
+                         stop_reason=self.failure and self.failure[1], actors_crashed=crashed, resumed_env_steps=self.resumed_env_steps)
         return self.failure[0] if self.failure else 130 if self.forced else code
 
 

@@ -10,8 +10,9 @@
 The training thread (the caller of `run`) takes batches, lets the algorithm
 update, publishes weights every `learner.publish_interval` updates, writes
 checkpoints and logs, and decides when to stop. The model is built for the
-specs of the first hello, or of the checkpoint when resuming, so the learner
-never builds an environment.
+specs of the config (`zrl.envs.specs`: the server's specs, or env.id's, read
+from one env made and closed), which a resumed checkpoint must match: no
+peer's hello decides the model.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import zmq
 from zrl import algorithms, spaces, wire
 from zrl.algorithms.base import resolve_precision
 from zrl.config import Config
+from zrl.envs.specs import config_specs
 from zrl.learner.sources import make_source, source_class
 from zrl.learner.device import check_training_fits, resolve_device
 from zrl.learner.handshake import Handshake
@@ -36,7 +38,7 @@ from zrl.learner.publisher import WeightPublisher, publishable
 from zrl.learner.receiver import DATA_KINDS, Receiver
 from zrl.learner.report import Report
 from zrl.learner.result import LearnerResult, RunPerf
-from zrl.learner.resume import Checkpoints, find_resume, restore
+from zrl.learner.resume import Checkpoints, check_specs, find_resume, restore
 from zrl.learner.sockets import LearnerSockets
 from zrl.metrics import MetricsWriter, Rate
 
@@ -62,7 +64,6 @@ class Learner:
         self.progress = Progress(config, stop_at_return if stop_at_return is not None else config.run.stop_at_return)
         self.perf = RunPerf()
         self._stop = threading.Event()
-        self._ready = threading.Event()
         self.algo = None
         self.source = None
         self.specs: tuple[spaces.Spec, spaces.Spec] | None = None
@@ -78,18 +79,18 @@ class Learner:
         self.control_endpoint, self.trajectory_endpoint, self.weights_endpoint = s.control_endpoint, s.trajectory_endpoint, s.weights_endpoint
         self.publisher = WeightPublisher(s.pub, max(0.5, config.actor.learner_timeout_s / 3))
         # The receiver's checks of trajectory and stats frames (a C++ fast path for layouts seen
-        # before); it holds the trajectory schema once a hello has agreed the specs.
+        # before); _build gives it the trajectory schema.
         self.gate = wire.Gate(config.learner.max_message_bytes, DATA_KINDS)
+        try:
+            self._build(*self._specs())
+        except BaseException:  # (an env that cannot be made, a checkpoint that does not fit): unbind, then raise
+            s.close()
+            raise
         handshake = Handshake(config, self.progress, self.instance,
                               {"trajectory": self.trajectory_endpoint, "weights": self.weights_endpoint},
-                              self._build, lambda: self.specs, lambda: self.publisher.latest, self._say)
+                              self.specs, lambda: self.publisher.latest_frame)
         self.receiver = Receiver(s.control, s.pull, self.gate, handshake, self.progress, self._stop, config.learner.max_message_bytes)
-        if self._resume is not None:
-            try:
-                self._build(*self._resume.specs())
-            except BaseException:  # (a checkpoint that does not fit the model): unbind, then raise
-                s.close()
-                raise
+        self.receiver.algo, self.receiver.source = self.algo, self.source
 
     def _make_logdir(self) -> None:
         if self.logdir is not None:
@@ -114,8 +115,15 @@ class Learner:
     obs_spec = property(lambda self: self.specs[0] if self.specs is not None else None)
     action_spec = property(lambda self: self.specs[1] if self.specs is not None else None)
 
+    def _specs(self) -> tuple[spaces.Spec, spaces.Spec]:
+        """The config's specs; a resumed checkpoint must have been trained for them."""
+        specs = config_specs(self.config)
+        if self._resume is not None:
+            check_specs(self._resume, specs, self.config)
+        return specs
+
     def _build(self, obs_spec: spaces.Spec, action_spec: spaces.Spec) -> None:
-        """Builds the algorithm's learner state for the agreed specs (once)."""
+        """Builds the algorithm's learner state for the config's specs (once)."""
         torch.manual_seed(self.config.run.seed)
         algo = self.algo_cls(self.config, obs_spec, action_spec)
         check_training_fits(algo, self.device)
@@ -131,12 +139,9 @@ class Learner:
         self.gate.set_gradient_schema(algo.gradient_schema())  # (None: the algorithm's actors send no gradients)
         self.flat = algo.flat  # publishing reads this buffer
         self.publisher.attach(self.flat, self.progress.updates)
-        # Set last: the handshake takes specs as built, and a build that failed before here
-        # leaves the learner as it was, to try again on the next hello.
         self.algo, self.source = algo, source
-        self.receiver.algo, self.receiver.source = algo, source
         self.specs = (obs_spec, action_spec)
-        self._ready.set()
+        self._say(f"model built for obs {obs_spec.to_json()} and actions {action_spec.to_json()}")
 
     def _say(self, text: str) -> None:
         if self.console:
@@ -166,22 +171,13 @@ class Learner:
             def time_up() -> bool:
                 return self.max_seconds is not None and time.perf_counter() - t_start >= self.max_seconds
 
-            stop_reason = self._wait_ready(time_up)
-            if stop_reason is None:
-                stop_reason = self._sink_until_stopped(time_up) if self.sink else self._train(metrics, t_start, time_up)
+            stop_reason = self._sink_until_stopped(time_up) if self.sink else self._train(metrics, t_start, time_up)
             # Stop receiving first, so the counters in the final checkpoint and the result agree.
             self._stop.set()
             self.receiver.join(timeout=5)
             return self._finish(t_start, stop_reason)
         finally:
             metrics.close()
-
-    def _wait_ready(self, time_up) -> str | None:
-        """Waits for the model (a first hello, or the checkpoint); a stop reason if none came."""
-        while not self._ready.wait(0.05):
-            if self._stop.is_set() or time_up():
-                return "time limit" if time_up() else self._stop_reason()
-        return None
 
     def _stop_reason(self) -> str:
         return "interrupted" if self.receiver.error is None else f"receiver failed: {self.receiver.error}"
@@ -287,7 +283,7 @@ class TrainingLog:
 
     def __init__(self, learner: Learner, metrics: MetricsWriter, t_start: float):
         self.learner = learner
-        self.report = Report(learner.progress, metrics, learner.source.fill)
+        self.report = Report(learner.progress, metrics, learner.source.fill, learner.control_endpoint)
         self.t_start = t_start
         self.interval = learner.config.learner.log_interval_s
         self.last_log = self.last_wait_log = time.perf_counter()

@@ -18,11 +18,14 @@ import torch
 
 from zrl import wire
 from zrl.config import Config
+from zrl.learner.senders import SenderTable
+from zrl.protocol.limits import worth_logging
 
 log = logging.getLogger("zrl.learner")
 
 STATS_MAX_VALUES = 4096  # per array in one stats message
-STATS_MAX_CUSTOM = 64  # distinct custom scalar names accepted (TensorBoard tags are not unbounded)
+STATS_MAX_CUSTOM = 64
+MAX_EPISODE_LENGTH = 2**40  # (summing 4096 of them stays exact in float64 and int64)  # distinct custom scalar names accepted (TensorBoard tags are not unbounded)
 
 
 class Progress:
@@ -46,7 +49,8 @@ class Progress:
         # Well-formed data the algorithm cannot use (a synchronous learner's chunks of an old
         # policy version, gradients too stale to apply): counted by reason, not rejected.
         self.discarded: collections.Counter[str] = collections.Counter()
-        self.senders: dict[int, float] = {}
+        lc = config.learner
+        self.senders = SenderTable(lc.max_senders, lc.actor_timeout_s, lc.new_senders_per_s, lc.new_senders_burst)
         self.custom: dict[str, float] = {}
         self.lag = LagStats()  # since the last log line
         self.run_lag = LagStats()  # the whole run
@@ -59,31 +63,39 @@ class Progress:
         with self.lock:
             self.rejected[reason] += 1
             n = self.rejected[reason]
-        if n <= 5 or n in (10, 100, 1000) or n % 10000 == 0:
+        if worth_logging(n):
             log.warning("rejected message (%s, %d so far): %s", reason, n, detail)
 
     def discard(self, reason: str, n: int = 1) -> None:
         with self.lock:
             self.discarded[reason] += n
 
-    def received(self, sender_id: int, env_steps: int) -> None:
+    def received(self, sender_id: int, env_steps: int) -> bool:
+        """Counts a chunk's (or gradient's) env steps; False (nothing counted) if the sender
+        id is not one a hello reply handed out."""
         with self.lock:
+            if not self.senders.heard(sender_id, env_steps):
+                return False
             self.env_steps += env_steps
-            self.senders[sender_id] = time.monotonic()
+            return True
 
     def on_stats(self, msg: wire.Message) -> None:
-        """Records an actor's STATS message (finished episodes, custom scalars); WireError if malformed."""
-        for info in msg.infos:
-            if info.dtype != np.float64 or len(info.shape) != 1 or info.shape[0] > STATS_MAX_VALUES:
-                raise wire.WireError(wire.Reason.BAD_SHAPE, f"stats array {info.name!r} must be float64 [n <= {STATS_MAX_VALUES}]")
-        arrays = {}
-        for name, a in msg.arrays.items():
-            if not np.all(np.isfinite(a)):
-                raise wire.WireError(wire.Reason.BAD_VALUE, f"stats array {name!r} has non-finite values")
-            arrays[name] = a
+        """Records an actor's STATS message (finished episodes, custom scalars); WireError if
+        malformed, from an unknown sender, or implausible."""
+        with self.lock:  # (the cheap check first: a flood of made-up ids costs a lookup each)
+            known = msg.sender_id in self.senders
+        if not known:
+            raise wire.WireError(wire.Reason.UNKNOWN_SENDER, f"stats from sender id {msg.sender_id}, which no hello reply handed out")
+        arrays = self._stats_arrays(msg)
         rets, lens = arrays.pop("episode_return", None), arrays.pop("episode_length", None)
         eval_rets, _ = arrays.pop("eval_return", None), arrays.pop("eval_length", None)
+        if rets is not None and eval_rets is not None:
+            raise wire.WireError(wire.Reason.BAD_VALUE, "stats with both training and eval returns: no sender sends both")
         with self.lock:
+            if rets is not None or eval_rets is not None:
+                self._check_stats_sender(msg.sender_id, lens, evaluating=eval_rets is not None)
+            elif not self.senders.heard(msg.sender_id):
+                raise wire.WireError(wire.Reason.UNKNOWN_SENDER, f"stats from sender id {msg.sender_id}, which no hello reply handed out")
             if rets is not None:
                 self.returns.extend(rets.tolist())
                 self.episodes += len(rets)
@@ -95,7 +107,33 @@ class Progress:
             for name, a in arrays.items():
                 if a.size and (name in self.custom or len(self.custom) < STATS_MAX_CUSTOM):
                     self.custom[name] = float(a[-1])
-            self.senders[msg.sender_id] = time.monotonic()
+
+    def _stats_arrays(self, msg: wire.Message) -> dict[str, np.ndarray]:
+        """A STATS message's arrays, checked: float64 vectors of finite values; returns and
+        lengths in pairs of one size, returns within learner.max_abs_return (they can end the
+        run through stop_at_return), lengths whole numbers in [1, 2^40]."""
+        for info in msg.infos:
+            if info.dtype != np.float64 or len(info.shape) != 1 or info.shape[0] > STATS_MAX_VALUES:
+                raise wire.WireError(wire.Reason.BAD_SHAPE, f"stats array {info.name!r} must be float64 [n <= {STATS_MAX_VALUES}]")
+        arrays = dict(msg.arrays)
+        for name, a in arrays.items():
+            if not np.all(np.isfinite(a)):
+                raise wire.WireError(wire.Reason.BAD_VALUE, f"stats array {name!r} has non-finite values")
+        for prefix in ("episode", "eval"):
+            _check_episodes(prefix, arrays.get(f"{prefix}_return"), arrays.get(f"{prefix}_length"), self.config.learner.max_abs_return)
+        return arrays
+
+    def _check_stats_sender(self, sender_id: int, lengths: np.ndarray | None, evaluating: bool) -> None:
+        """(lock held) A known sender of its role's returns, whose episodes span no more steps than it sent."""
+        if sender_id not in self.senders:  # (its id was reused since the first look)
+            raise wire.WireError(wire.Reason.UNKNOWN_SENDER, f"stats from sender id {sender_id}, which no hello reply handed out")
+        if evaluating != (self.senders.role(sender_id) == "eval"):
+            raise wire.WireError(wire.Reason.BAD_VALUE, f"sender {sender_id} ({self.senders.role(sender_id)}) sends "
+                                 + ("training returns: only actors and agent servers do" if not evaluating else "eval returns: only an evaluation actor does"))
+        steps = int(lengths.sum()) if lengths is not None else 0
+        if not self.senders.episodes_plausible(sender_id, steps):
+            raise wire.WireError(wire.Reason.BAD_VALUE, f"sender {sender_id} reports episodes of {steps} steps beyond the env steps it sent")
+        self.senders.heard(sender_id)
 
     # -- the training loop
     def updated(self, versions) -> None:
@@ -108,8 +146,8 @@ class Progress:
                 self.run_lag.add(lag)
 
     def connected(self, now: float) -> int:
-        """Senders heard from within learner.actor_timeout_s (call with the lock held)."""
-        return sum(1 for t in self.senders.values() if now - t < self.config.learner.actor_timeout_s)
+        """Senders with a hello heard from within learner.actor_timeout_s (call with the lock held)."""
+        return self.senders.connected(now)
 
     def target_returns(self) -> collections.deque:
         return self.eval_returns if self.return_source == "eval" else self.returns
@@ -172,6 +210,18 @@ class Progress:
                 "episodes": self.episodes,
                 "custom": dict(self.custom),
             }
+
+
+def _check_episodes(prefix: str, returns: np.ndarray | None, lengths: np.ndarray | None, max_abs_return: float) -> None:
+    """A pair of {prefix}_return and {prefix}_length arrays (or neither), plausible; WireError if not."""
+    if returns is None and lengths is None:
+        return
+    if returns is None or lengths is None or returns.shape != lengths.shape:
+        raise wire.WireError(wire.Reason.BAD_VALUE, f"stats need {prefix}_return and {prefix}_length together, of one size")
+    if returns.size and np.abs(returns).max() > max_abs_return:
+        raise wire.WireError(wire.Reason.BAD_VALUE, f"stats array '{prefix}_return' holds a return beyond +-{max_abs_return:g} (learner.max_abs_return)")
+    if lengths.size and (lengths.min() < 1 or lengths.max() > MAX_EPISODE_LENGTH or np.any(lengths != np.floor(lengths))):
+        raise wire.WireError(wire.Reason.BAD_VALUE, f"stats array '{prefix}_length' holds a length that is not a whole number in [1, 2^40]")
 
 
 class LagStats:

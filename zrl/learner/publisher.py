@@ -3,7 +3,7 @@
 `HostWeights` brings the flat weights to the host without making the training
 loop wait (on a GPU, a copy into pinned memory behind the update, handed over
 once it has landed); `WeightsFrames` writes them into reusable WEIGHTS frames;
-`WeightPublisher` sends them, keeps the latest for hello replies, and publishes
+`WeightPublisher` sends them, keeps the frame sent last for hello replies, and publishes
 them again every `heartbeat_s` while no update does, so that actors'
 watchdogs (actor.learner_timeout_s) hear from the learner.
 """
@@ -83,23 +83,24 @@ class WeightsFrames:
 
 
 class WeightPublisher:
-    """Sends weights on `pub` (the training loop's thread alone), and keeps the latest
-    version and its weights in `latest` for hello replies (read by the receiver thread:
-    a read-only view into a frame that nothing writes until it is free again)."""
+    """Sends weights on `pub` (the training loop's thread alone), and keeps the frame sent
+    last in `latest_frame` as (version, frame) for hello replies (read by the receiver
+    thread: a read-only frame that nothing writes until it is free again, sent to any
+    number of peers without a copy)."""
 
     def __init__(self, pub: zmq.Socket, heartbeat_s: float):
         self.pub = pub
         self.heartbeat_s = heartbeat_s
-        self.latest: tuple[int, np.ndarray] | None = None
+        self.latest_frame: tuple[int, bytes | memoryview] | None = None
         self.frames = WeightsFrames()
         self.host_weights: HostWeights | None = None
-        self._published: bytes | memoryview | None = None  # the last frame sent, which a heartbeat sends again
         self._published_at = time.monotonic()
 
     def attach(self, flat: torch.Tensor, version: int) -> None:
         """The flat weights to publish from now on (the built or resumed model's), at `version`."""
         self.host_weights = HostWeights(flat)
-        self.latest = (version, publishable(flat).copy())
+        frame = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": publishable(flat)}, policy_version=version))
+        self.latest_frame = (version, frame)
 
     def after_update(self, updates: int, publish_interval: int) -> None:
         """Publishes what has landed, then starts this update's copy (on a CPU it lands at once)."""
@@ -115,23 +116,20 @@ class WeightPublisher:
 
     def publish(self, version: int, params: np.ndarray) -> None:
         """Sends version `version` of the weights; the frame is reused once nothing holds it
-        (ZeroMQ, a hello reply being built from it, the heartbeat's last frame)."""
+        (ZeroMQ, hello replies queued for peers, `latest_frame`)."""
         frame = self.frames.frame(version, params)
-        self.latest = (version, wire.decode(frame).arrays["params"])
+        self.latest_frame = (version, frame)
         self.send(frame)
 
     def heartbeat(self) -> None:
         """Publishes the latest weights again if none went out for `heartbeat_s`: an actor
         takes weights of the version it has as a sign of life, and copies nothing."""
-        if self.latest is None or time.monotonic() - self._published_at < self.heartbeat_s:
+        if self.latest_frame is None or time.monotonic() - self._published_at < self.heartbeat_s:
             return
-        if self._published is None:  # (nothing published yet: the built or resumed weights)
-            version, params = self.latest
-            self._published = bytes(wire.encode(wire.Kind.WEIGHTS, {"params": params}, policy_version=version))
-        self.send(self._published)
+        self.send(self.latest_frame[1])
 
     def send(self, frame: bytes | memoryview) -> None:
-        self._published, self._published_at = frame, time.monotonic()
+        self._published_at = time.monotonic()
         try:
             self.pub.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:

@@ -17,6 +17,7 @@ import time
 import zmq
 
 from zrl import wire
+from zrl.learner.control_watch import ControlWatch
 from zrl.learner.handshake import Handshake, HelloRefused
 from zrl.learner.progress import Progress
 
@@ -56,12 +57,15 @@ class Receiver:
             self._thread.join(timeout=timeout)
 
     def _run(self) -> None:
+        self.watch = ControlWatch(self.control)
         try:
             self._loop()
         except BaseException as e:  # a bug here must not hang the trainer
             self.error = e
             log.exception("receiver thread failed")
             self.stop.set()
+        finally:
+            self.watch.close()
 
     def _loop(self) -> None:
         next_control = 0.0
@@ -80,13 +84,20 @@ class Receiver:
                 self.stop.wait(CONTROL_EVERY_MS / 1000)
                 continue
             for checked in self.gate.drain(self.pull, min(burst, 64), CONTROL_EVERY_MS):
-                item = self._on_data(checked)
+                item = self._on_data_guarded(checked)
                 if item is not None:
                     self._enqueue(item)
 
     def _answer_hellos(self) -> None:
+        for _ in range(self.watch.drain()):
+            self.progress.reject("control_dropped", "a control connection ended before a whole message: a hello over "
+                                 "learner.max_hello_bytes, a failed handshake, or not a zrl peer")
         while self.control.poll(0, zmq.POLLIN):
-            self._on_control()
+            try:
+                self._on_control()
+            except Exception as e:  # noqa: BLE001 - a check that raised where none should: count it, keep serving
+                log.exception("a control message raised")
+                self.progress.reject("internal_error", f"a control message raised {e!r}")
 
     def _enqueue(self, item) -> None:
         """Blocks while the queue is full (so the PULL socket fills and actors feel
@@ -109,19 +120,35 @@ class Receiver:
             self.progress.reject(wire.Reason.BAD_HEADER.value, f"control message with {len(parts)} frames")
             return
         identity, frame = parts
+        self.watch.delivered(frame)
         try:
             msg = wire.decode(frame, max_bytes=self.max_bytes, allowed_kinds=CONTROL_KINDS)
-            reply = self.handshake.answer(msg)
+            reply = self.handshake.answer(msg, identity.bytes)
         except wire.WireError as e:
             self.progress.reject(e.reason.value, e.detail)
-            reply = wire.encode(wire.Kind.ERROR, meta=f"bad hello: {e}")
+            reply = [wire.encode(wire.Kind.ERROR, meta=f"bad hello: {e}")]
         except HelloRefused as e:
-            self.progress.reject("hello_refused", str(e))
-            reply = wire.encode(wire.Kind.ERROR, meta=str(e))
+            self.progress.reject(e.reason, str(e))
+            reply = [wire.encode(wire.Kind.ERROR, meta=str(e))]
+        self._reply(identity, reply)
+
+    def _reply(self, identity: zmq.Frame, frames: list) -> None:
+        """Sends a reply without waiting; one the peer's queue has no room for (it does not
+        read its replies) is dropped and counted. The weights frame goes without a copy."""
         try:
-            self.control.send_multipart([identity, reply], zmq.NOBLOCK)
+            self.control.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self.progress.reject("reply_unread", "a peer's control queue is full (learner.control_hwm): it does not read its replies")
         except zmq.ZMQError:
-            pass  # peer gone; nothing to do
+            pass  # peer gone (EHOSTUNREACH): nothing to do
+
+    def _on_data_guarded(self, checked):
+        try:
+            return self._on_data(checked)
+        except Exception as e:  # noqa: BLE001 - a check that raised where none should: count it, keep training
+            log.exception("a data message raised")
+            self.progress.reject("internal_error", f"a data message raised {e!r}")
+            return None
 
     def _on_data(self, checked):
         """One message as the gate checked it ((message, bindings) or the WireError):
@@ -137,7 +164,13 @@ class Receiver:
             except wire.WireError as e:
                 self.progress.reject(e.reason.value, e.detail)
             return None
-        self.progress.received(msg.sender_id, self.algo.env_steps(msg, bindings))
+        if msg.policy_version > self.progress.updates:
+            self.progress.reject(wire.Reason.FUTURE_VERSION.value, f"policy version {msg.policy_version} from sender {msg.sender_id}, "
+                                 f"while the learner has made {self.progress.updates} updates")
+            return None
+        if not self.progress.received(msg.sender_id, self.algo.env_steps(msg, bindings)):
+            self.progress.reject(wire.Reason.UNKNOWN_SENDER.value, f"sender id {msg.sender_id}, which no hello reply handed out")
+            return None
         source = self.source
         if source is None:
             return None

@@ -14,10 +14,11 @@ from zrl.metrics import MetricsWriter, Rate
 
 
 class Report:
-    def __init__(self, progress: Progress, metrics: MetricsWriter, queue_fill: Callable[[], tuple[int, int]]):
+    def __init__(self, progress: Progress, metrics: MetricsWriter, queue_fill: Callable[[], tuple[int, int]], endpoint: str = ""):
         self.progress = progress
         self.metrics = metrics
         self.queue_fill = queue_fill  # () -> (chunks queued, queue size)
+        self.endpoint = endpoint  # where actors say hello, for the line of a learner no actor has reached
 
     def training(self, elapsed: float, env_rate: Rate, sample_rate: Rate, samples: int, wait_frac: float, stats: StatsSum) -> None:
         s = self.progress.snapshot()
@@ -49,14 +50,19 @@ class Report:
         )
 
     def waiting(self, elapsed: float, what: str | None) -> None:
+        """The line of a learner without data; rejections keep going to TensorBoard meanwhile."""
         p = self.progress
         with p.lock:
-            env_steps, updates, rejected = p.env_steps, p.updates, sum(p.rejected.values())
+            env_steps, updates, rejected = p.env_steps, p.updates, dict(p.rejected)
             connected = p.connected(time.monotonic())
+        if connected == 0 and self.endpoint:
+            what = f"actors to connect to {self.endpoint}"
         queued, size = self.queue_fill()
+        self.metrics.scalars({f"rejected/{k}": float(v) for k, v in rejected.items()} | {"actors/connected": connected}, env_steps)
+        n = sum(rejected.values())
         self.metrics.line(
             f"{elapsed:6.1f}s  steps {env_steps:,}  updates {updates:,}  waiting for {what or 'data'}"
-            f"{self._queue(queued, size)}  actors {connected}" + (f"  rejected {rejected}" if rejected else "")
+            f"{self._queue(queued, size)}  actors {connected}" + (f"  rejected {n}" if n else "")
         )
 
     def _returns(self, s: dict) -> str:

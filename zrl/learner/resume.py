@@ -2,10 +2,13 @@
 
 `find_resume` reads the newest checkpoint of a run and says what changed since
 (a checkpoint of another model is refused, naming the difference);
+`check_resume` does what a resuming learner would refuse before any process
+starts (`zrl run --resume`, so that a refused resume writes nothing);
 `restore` puts it into a freshly set-up algorithm and the run's progress;
-`Checkpoints.save` writes one. A fresh run moves an earlier run's checkpoints
-aside before its first save, so `--resume`, `zrl eval` and `zrl serve` never
-pick up another run's weights.
+`Checkpoints.save` writes one, and refuses to write one whose config does not
+describe its weights. A fresh run moves an earlier run's checkpoints aside
+before its first save, so `--resume`, `zrl eval` and `zrl serve` never pick up
+another run's weights.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from zrl import checkpoint, spaces
 from zrl.algorithms.base import Algorithm
@@ -44,13 +48,36 @@ def find_resume(config: Config, ckdir: Path | None, say: Callable[[str], None]) 
     for key, theirs, ours in checkpoint.algo_changes(state, config):
         say(f"warning: {path} was trained with algo.{key} {theirs!r}, this config has {ours!r}")
     trained_on = state["config"].get("env", {}).get("id")
-    if trained_on != config.env.id:  # (allowed: another version of the same env, say)
-        say(f"warning: {path} was trained on env.id {trained_on!r}, this config has {config.env.id!r}; "
-            "actors whose observations or actions differ from the checkpoint's will be refused")
+    if trained_on != config.env.id:  # (allowed where the specs agree: another version of the same env, say)
+        say(f"warning: {path} was trained on env.id {trained_on!r}, this config has {config.env.id!r}")
     if checkpoint.optimizer_of(state) == config.learner.optimizer:
         for key, theirs, ours in checkpoint.optimizer_changes(state, config):
             say(f"{path} was trained with learner.{key} {theirs!r}; resuming with this config's {ours!r}")
     return ResumeState(path, state)
+
+
+def check_specs(resume: ResumeState, specs: tuple[spaces.Spec, spaces.Spec], config: Config) -> None:
+    """Refuses a checkpoint trained for other observation or action specs than the config's."""
+    ck_obs, ck_act = resume.specs()
+    if (ck_obs, ck_act) != tuple(specs):
+        trained_on = resume.state["config"].get("env", {}).get("id")
+        raise checkpoint.CheckpointError(
+            f"{resume.path} was trained on env.id {trained_on!r} for obs {ck_obs.to_json()} and actions {ck_act.to_json()}, "
+            f"but this config (env.id {config.env.id!r}) gives obs {specs[0].to_json()} and actions {specs[1].to_json()}: "
+            "its weights cannot act there. Resume with the run's own config (its config.yaml), or start a fresh run")
+
+
+def check_resume(config: Config, ckdir: Path) -> dict[str, Any] | None:
+    """What a learner resuming from ckdir with `config` would refuse (CheckpointError, or
+    ConfigError for an env that cannot be made), found before any process starts. Returns
+    the newest checkpoint's counters; None when there is none (the run starts fresh)."""
+    from zrl.envs.specs import config_specs  # lazy: makes an env (gymnasium)
+
+    resume = find_resume(config, ckdir, lambda text: None)  # (the learner says its warnings)
+    if resume is None:
+        return None
+    check_specs(resume, config_specs(config), config)
+    return dict(resume.state["counters"])
 
 
 def restore(resume: ResumeState, algo: Algorithm, progress: Progress, say: Callable[[str], None]) -> float:
@@ -83,6 +110,7 @@ class Checkpoints:
         self.resumed = resumed
         self.say = say
         self._claimed = False  # a fresh run moves an earlier run's checkpoints aside before its first save
+        self._expected_shapes: dict[str, dict[str, tuple]] = {}  # {model hash: the weights' shapes a fresh build has}
 
     def save(self, algo: Algorithm, progress: Progress, specs: tuple[spaces.Spec, spaces.Spec], train_seconds: float) -> Path | None:
         if self.ckdir is None or algo is None or algo.model is None:
@@ -105,4 +133,27 @@ class Checkpoints:
             **algo.checkpoint_state(),
             "counters": counters,
         }
+        self._check_describes(algo, specs, state)
         return checkpoint.save(self.ckdir, counters["updates"], state, self.config.learner.keep_checkpoints)
+
+    def _check_describes(self, algo: Algorithm, specs: tuple[spaces.Spec, spaces.Spec], state: dict[str, Any]) -> None:
+        """Refuses (CheckpointError) to write a checkpoint whose config, specs and weights do not
+        belong together: `zrl eval`, `zrl serve` and `--resume` rebuild the model from them."""
+        built = algo.config.model_shaping(algo.obs_spec.to_json(), algo.action_spec.to_json())
+        problems = checkpoint.shaping_differences(built, state["model_shaping"])
+        if algo.config.env != self.config.env:
+            problems.append(f"env: the model was built for {algo.config.env.id!r}, the config to save has {self.config.env.id!r}")
+        if not problems:
+            problems = self._shape_differences(algo, specs, state["model"])
+        if problems:
+            raise checkpoint.CheckpointError(f"refusing to write a checkpoint to {self.ckdir} whose config does not describe its "
+                                             "weights: " + "; ".join(problems))
+
+    def _shape_differences(self, algo: Algorithm, specs: tuple[spaces.Spec, spaces.Spec], weights: dict[str, Any]) -> list[str]:
+        """How the weights' shapes differ from those of a model built afresh from the config and specs to save."""
+        key = self.config.model_hash(specs[0].to_json(), specs[1].to_json())
+        if key not in self._expected_shapes:
+            with torch.random.fork_rng(devices=[]):  # (building draws initial weights: leave training's random stream be)
+                model = type(algo)(self.config, *specs).build_model()
+            self._expected_shapes[key] = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        return checkpoint.weight_differences(self._expected_shapes[key], {k: tuple(v.shape) for k, v in weights.items()})

@@ -90,6 +90,8 @@ class Reason(str, enum.Enum):
     UNEXPECTED_KIND = "unexpected_kind"
     BAD_VALUE = "bad_value"
     NOT_READY = "not_ready"
+    UNKNOWN_SENDER = "unknown_sender"  # a sender id no hello reply handed out
+    FUTURE_VERSION = "future_version"  # a policy version the learner has not reached
 
 
 class WireError(ValueError):

@@ -9,8 +9,20 @@ from zrl.protocol.frame import PROTOCOL_VERSION, WireError
 from zrl.protocol.message import Message
 
 
+MAX_ERROR_CHARS = 600  # a refusal's text: enough to name a difference, never an echo of the hello
+
+
 class HelloInvalid(ValueError):
     """A hello every receiver refuses (not a JSON object, another protocol, bad specs)."""
+
+
+def show(value, limit: int = 80) -> str:
+    """A peer's value for an error text or a log line: its repr, cut short."""
+    return short(repr(value), limit)
+
+
+def short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_hello(msg: Message, receiver: str):
@@ -21,10 +33,10 @@ def read_hello(msg: Message, receiver: str):
     except WireError as e:
         raise HelloInvalid(f"hello meta is not a JSON object: {e.detail}") from None
     if hello.get("protocol") != PROTOCOL_VERSION:
-        raise HelloInvalid(f"protocol {hello.get('protocol')!r} not supported ({receiver} speaks {PROTOCOL_VERSION})")
+        raise HelloInvalid(f"protocol {show(hello.get('protocol'))} not supported ({receiver} speaks {PROTOCOL_VERSION})")
     try:
         obs = spaces.from_json(hello.get("obs_space"))
         action = spaces.from_json(hello.get("action_space"))
     except spaces.SpecError as e:
-        raise HelloInvalid(f"bad space spec: {e}") from None
+        raise HelloInvalid(short(f"bad space spec: {e}")) from None
     return hello, obs, action

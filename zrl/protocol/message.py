@@ -79,6 +79,8 @@ class Message(_core.MessageBase):
             obj = json.loads(bytes(self.meta).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
             raise WireError(Reason.BAD_META, f"meta is not UTF-8 JSON: {e}") from None
+        except RecursionError:  # (arrays nested thousands deep: json.loads recurses)
+            raise WireError(Reason.BAD_META, "meta is nested too deeply") from None
         if not isinstance(obj, dict):
             raise WireError(Reason.BAD_META, "meta must be a JSON object")
         return obj

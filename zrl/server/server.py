@@ -17,6 +17,13 @@ between batches. A client that vanishes costs only its partial trajectory;
 sessions silent for `server.client_timeout_s` are dropped, so memory does
 not grow with clients that come and go.
 
+Strangers cannot crowd out clients that act (zrl.server.sessions: new
+sessions are rate-limited, a session that never acts is dropped or evicted),
+and a session has one request outstanding: an ACT that comes before the
+reply to its previous one is dropped and ends the session, so a step the
+client never waited for never becomes training data. Everything refused is
+counted by reason, logged, and exported to TensorBoard (zrl.server.report).
+
 Without a learner (`--learner` omitted) the server only serves a policy:
 random initial weights, or a checkpoint's (`--checkpoint`).
 """
@@ -26,7 +33,7 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -37,7 +44,11 @@ from zrl.actors.link import HelloError, HelloProbe, LearnerFinished, LearnerLink
 from zrl.actors.sender import Sender
 from zrl.algorithms.base import Recorder
 from zrl.config import Config, ConfigError
-from zrl.envs import Step, probe_specs
+from zrl.envs import Step
+from zrl.envs.specs import config_specs
+from zrl.server.report import StatusReport
+from zrl.server.sessions import Session, SessionRefused, Sessions
+from zrl.server.stats import ServerStats
 
 log = logging.getLogger("zrl.server")
 
@@ -46,52 +57,21 @@ FIRST, LAST, TRUNCATED = 1, 2, 4
 # to one policy version (PPO), and it computes no gradients (A3C).
 SERVABLE_SOURCES = ("stream", "replay")
 REQUEST_KINDS = frozenset({int(wire.Kind.HELLO), int(wire.Kind.ACT), int(wire.Kind.STATS), int(wire.Kind.BYE)})
+NO_SESSION = ("no session: say hello first (the server may have restarted, or dropped this session: silent for "
+              "server.client_timeout_s, no ACT within server.first_act_timeout_s of its hello, or evicted for a newcomer before its first ACT)")
+# What a request in the batch is answered when its session was closed before the answer, by why.
+CLOSED = {"pipelined": "pipelined: another ACT came before the reply to this one; one request at a time. "
+                       "The session is closed: say hello again and start a new episode"}
 
 
 class RequestError(Exception):
     """A request answered with an ERROR (the text goes back to the client)."""
 
 
-@dataclass
-class Session:
-    """One client: its routing identity, episode state and recorder."""
-
-    client_id: int
-    identity: bytes
-    recorder: Recorder
-    last_seen: float
-    in_episode: bool = False  # an action was given and its reward is awaited
-    pending_end: tuple | None = None  # (reward, terminated, truncated, final_obs) awaiting the next FIRST
-    begun: bool = False  # the recorder has its first observation
-    steps: int = 0
-    episode_return: float = 0.0
-    episode_length: int = 0
-    state: tuple | None = None  # a recurrent policy's core state for this client ([1, H] arrays)
-
-
-@dataclass
-class ServerStats:
-    requests: int = 0
-    steps: int = 0
-    batches: int = 0
-    batch_sizes: int = 0
-    sessions_opened: int = 0
-    sessions_dropped: int = 0
-    dropped_messages: int = 0  # trajectory messages dropped under back-pressure
-    rejected: collections.Counter = field(default_factory=collections.Counter)
-
-
 def resolve_specs(config: Config) -> tuple[spaces.Spec, spaces.Spec]:
-    """The specs clients must use: server.* in the config, else env.id's."""
-    sc = config.server
-    if sc.observation_space is not None and sc.action_space is not None:
-        obs, act = spaces.from_json(sc.observation_space), spaces.from_json(sc.action_space)
-    else:
-        obs, act = probe_specs(config.env)
-        if sc.observation_space is not None:
-            obs = spaces.from_json(sc.observation_space)
-        if sc.action_space is not None:
-            act = spaces.from_json(sc.action_space)
+    """The specs clients must use: the run's (`zrl.envs.specs.config_specs`, the learner's too),
+    with an observation dtype clients can send."""
+    obs, act = config_specs(config)
     if isinstance(obs, spaces.BoxSpec) and obs.dtype not in spaces.CLIENT_OBS_DTYPES:
         raise ValueError(f"server.observation_space: clients send float32 or uint8 observations, not {obs.dtype}")
     return obs, act
@@ -106,6 +86,9 @@ def check_servable(config: Config) -> None:
 
 
 class AgentServer:
+    """Serves clients on `bind` (default server.bind) and feeds the learner at `learner`
+    (none: inference only); writes its counters as TensorBoard scalars under `logdir` (if given)."""
+
     def __init__(
         self,
         config: Config,
@@ -117,6 +100,7 @@ class AgentServer:
         console: bool = True,
         checkpoint_path: str | None = None,
         seed: int | None = None,
+        logdir: str | Path | None = None,
     ):
         if learner is not None:
             check_servable(config)
@@ -131,41 +115,45 @@ class AgentServer:
         self.algo = algorithms.get(config.algo.name)(config, self.obs_spec, self.action_spec)
         self.model = self.algo.build_model()
         self.model.eval()
+        self.policy_version = 0  # a checkpoint's update count, then the learner's version
         if checkpoint_path is not None:
             self._load_checkpoint(checkpoint_path)
         seed = config.run.seed if seed is None else seed
         torch.manual_seed(seed)
         self.policy = self.algo.make_policy(self.model, actor_index=0, num_actors=1, seed=seed)
         self.sender = Sender(self.sc.index)
-        self.sessions: dict[bytes, Session] = {}
-        self.next_client_id = 1
         self.stats = ServerStats()
+        self.sessions = Sessions(self.sc, self.stats.session_drops, time.monotonic())
         self.backlog: collections.deque = collections.deque()
-        self._done_returns: list[float] = []  # finished client episodes, sent to the learner as stats
-        self._done_lengths: list[float] = []
+        self._done_returns, self._done_lengths = [], []  # finished client episodes, sent to the learner as stats
         self.link = None
         self._stuck_since: float | None = None  # since when the backlog has not moved
         self._probe: HelloProbe | None = None  # a liveness check of the learner in flight
-        self.policy_version = 0
         self.curve = transport.Curve.from_config(config.security)
         self._auth = None
-        self.router = transport.socket(self.ctx, zmq.ROUTER)
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.router.setsockopt(zmq.MAXMSGSIZE, config.learner.max_message_bytes)
+        self._bind_router(bind or self.sc.bind)
+        self._obs_shape, self._obs_dtype = tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype)
+        self._act_discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
+        self.report = StatusReport(self.stats, logdir, self._say)
+
+    def _bind_router(self, bind: str) -> None:
+        """The clients' ROUTER, bound at `bind` (a CURVE server for security.client_keys)."""
+        # A client's queues stay short both ways; MANDATORY makes a reply to a client that
+        # does not read raise, so it is counted.
+        self.router = transport.socket(self.ctx, zmq.ROUTER, hwm=self.sc.client_hwm)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.router.setsockopt(zmq.MAXMSGSIZE, self.config.learner.max_message_bytes)
         try:
             if self.curve is not None:
-                self._auth = self.curve.start_authenticator(self.ctx)
-                self.curve.server(self.router)
-            self.endpoint = transport.bind(self.router, bind or self.sc.bind)
+                # Simulator clients only (security.client_keys): an actor's key is not enough here.
+                self._auth = self.curve.start_authenticator(self.ctx, transport.CLIENT_PEERS)
+                self.curve.server(self.router, transport.CLIENT_PEERS)
+            self.endpoint = transport.bind(self.router, bind)
         except (OSError, ValueError):
             self.router.close(linger=0)
             if self._auth is not None:
                 self._auth.release()
             raise
-        obs_dtype = np.dtype(self.obs_spec.dtype)
-        self._obs_shape = tuple(self.obs_spec.shape)
-        self._obs_dtype = obs_dtype
-        self._act_discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
 
     def _say(self, text: str) -> None:
         if self.console:
@@ -173,9 +161,6 @@ class AgentServer:
         log.info(text)
 
     def _load_checkpoint(self, path: str) -> None:
-        from pathlib import Path
-
-
         p = Path(path)
         if p.is_dir():
             found = checkpoint.load_latest(p / "checkpoints") or checkpoint.load_latest(p)
@@ -188,8 +173,10 @@ class AgentServer:
         checkpoint.check_compatible(p, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
         self.model.load_state_dict(state["model"])
         c = state["counters"]
-        self._say(f"weights from {p} (update {int(c['updates']):,}, env step {int(c['env_steps']):,})"
-                  + (": a learner's weights replace them once it answers" if self.learner_endpoint else ""))
+        # The learner numbers its weights by updates: these are the weights of version `updates`.
+        self.policy_version = int(c["updates"])
+        self._say(f"weights from {p} (update {self.policy_version:,}, env step {int(c['env_steps']):,}): policy version {self.policy_version}"
+                  + ("; a learner's weights replace them once it answers" if self.learner_endpoint else ""))
 
     # ------------------------------------------------------------------ learner side
 
@@ -197,16 +184,18 @@ class AgentServer:
         meta = hello_meta(self.config, "server", self.sc.index, self.obs_spec, self.action_spec, 1)
         self.link = LearnerLink(
             # The server pushes chunks of many clients in bursts: a deeper high-water mark than an actor's.
-            self.ctx, self.learner_endpoint, meta, self.model, sender_id=self.sc.index, timeout_s=self.config.actor.learner_timeout_s,
+            self.ctx, self.learner_endpoint, meta, self.model, timeout_s=self.config.actor.learner_timeout_s,
             send_hwm=max(self.config.actor.send_hwm, self.sc.backlog), stop=self.stop, say=self._say, on_weights=self._on_weights,
-            curve=self.curve,
+            curve=self.curve, keepalive_s=self.config.learner.actor_timeout_s / 2,
         )
+        self.sender.id_from = self.link  # (frames carry the id the learner hands out)
         return self.link.connect()
 
     def _on_weights(self, version: int) -> None:
         self.policy_version = version
         for s in self.sessions.values():
-            s.recorder.policy_version = version
+            if s.recorder is not None:
+                s.recorder.policy_version = version
 
     def _push(self, frames: list) -> None:
         """Queues trajectory messages for the learner; never blocks the request loop."""
@@ -254,30 +243,32 @@ class AgentServer:
     def _reply(self, identity: bytes, frame) -> None:
         try:
             self.router.send_multipart([identity, frame], zmq.NOBLOCK)
+        except zmq.Again:
+            self.stats.rejected.note("reply_unread", "a client's queue is full (server.client_hwm): it does not read its replies")
         except zmq.ZMQError:
             pass  # the client is gone
 
-    def _error(self, identity: bytes, seq: int, reason: str, text: str) -> None:
-        self.stats.rejected[reason] += 1
+    def _error(self, identity: bytes, seq: int, reason: str, text: str, **log_as) -> None:
+        """Counts (and logs, rate-limited) a refused request and answers it with an ERROR."""
+        self.stats.rejected.note(reason, f"request seq {seq}: {text}", **log_as)
         self._reply(identity, wire.encode(wire.Kind.ERROR, meta=text, seq=seq))
 
-    def _hello(self, identity: bytes, msg: wire.Message) -> None:
+    def _hello(self, identity: bytes, msg: wire.Message, now: float) -> None:
         try:
             hello, obs, act = wire.read_hello(msg, "server")
         except wire.HelloInvalid as e:
             raise RequestError(str(e)) from None
         if hello.get("role") != "client":
-            raise RequestError(f"role {hello.get('role')!r}: this is an agent server, expected role 'client'")
+            raise RequestError(f"role {wire.show(hello.get('role'))}: this is an agent server, expected role 'client'")
         if obs != self.obs_spec:
-            raise RequestError(f"observation spec {obs.to_json()} differs from the server's {self.obs_spec.to_json()}")
+            raise RequestError(f"observation spec {wire.show(obs.to_json(), 300)} differs from the server's {self.obs_spec.to_json()}")
         if act != self.action_spec:
-            raise RequestError(f"action spec {act.to_json()} differs from the server's {self.action_spec.to_json()}")
-        old = self.sessions.pop(identity, None)
-        if old is None and len(self.sessions) >= self.sc.max_clients:
-            raise RequestError(f"server is full ({self.sc.max_clients} clients)")
-        session = Session(self.next_client_id, identity, self._new_recorder(), time.monotonic())
-        self.next_client_id += 1
-        self.sessions[identity] = session
+            raise RequestError(f"action spec {wire.show(act.to_json(), 300)} differs from the server's {self.action_spec.to_json()}")
+        try:
+            session = self.sessions.open(identity, now)
+        except SessionRefused as e:
+            self._error(identity, msg.seq, e.reason, str(e))
+            return
         self.stats.sessions_opened += 1
         reply = {"ok": True, "client_id": session.client_id, "policy_version": self.policy_version}
         self._reply(identity, wire.encode(wire.Kind.HELLO_REPLY, meta=reply, seq=msg.seq, policy_version=self.policy_version))
@@ -318,24 +309,9 @@ class AgentServer:
     def _act(self, session: Session, msg: wire.Message, batch: list) -> None:
         """Advances the session's episode; queues (session, seq, obs) when an action is needed."""
         obs, reward, flags = self._check_act(msg)
-        rec = session.recorder
         if flags & FIRST:
-            if session.in_episode:
-                # A new episode inside one: the unfinished chunk is dropped.
-                session.recorder = rec = self._new_recorder()
-                session.begun = False
-            elif session.pending_end is not None:
-                r, term, trunc, final = session.pending_end
-                self._push(rec.observe(Step(obs[None], np.array([r], np.float32), np.array([term]), np.array([trunc]), {0: final} if trunc else {})))
-                session.pending_end = None
-            if not session.begun:
-                rec.begin(obs[None])
-                session.begun = True
-            session.in_episode = True
-            session.episode_return = 0.0
-            session.episode_length = 0
-            session.state = self.policy.initial_state(1)  # a new episode starts from a fresh core state
-            batch.append((session, msg.seq, obs))
+            self._begin_episode(session, obs)
+            self._await_action(session, msg.seq, obs, batch)
             return
         if not session.in_episode:
             raise RequestError("send()/reset() before init(): start an episode with init(obs) first")
@@ -344,18 +320,72 @@ class AgentServer:
         session.steps += 1
         self.stats.steps += 1
         if flags & LAST:
-            self._done_returns.append(session.episode_return)
-            self._done_lengths.append(float(session.episode_length))
-            truncated = bool(flags & TRUNCATED)
-            final = np.array(obs, copy=True) if truncated else None
-            session.pending_end = (reward, not truncated, truncated, final)
-            session.in_episode = False
+            self._end_episode(session, reward, obs, truncated=bool(flags & TRUNCATED))
             self._reply(session.identity, wire.encode(wire.Kind.ACTION, seq=msg.seq, policy_version=self.policy_version))
             return
-        self._push(rec.observe(Step(obs[None], np.array([reward], np.float32), np.array([False]), np.array([False]), {})))
-        batch.append((session, msg.seq, obs))
+        self._push(session.recorder.observe(Step(obs[None], np.array([reward], np.float32), np.array([False]), np.array([False]), {})))
+        self._await_action(session, msg.seq, obs, batch)
+
+    def _begin_episode(self, session: Session, obs: np.ndarray) -> None:
+        if session.recorder is None:  # its first ACT: made now, so that sessions that never act cost no buffer
+            session.recorder = self._new_recorder()
+            self.sessions.acted(session)
+        elif session.in_episode:
+            # A new episode inside one: the unfinished chunk is dropped.
+            session.recorder = self._new_recorder()
+            session.begun = False
+        elif session.pending_end is not None:
+            r, term, trunc, final = session.pending_end
+            self._push(session.recorder.observe(Step(obs[None], np.array([r], np.float32), np.array([term]), np.array([trunc]), {0: final} if trunc else {})))
+            session.pending_end = None
+        if not session.begun:
+            session.recorder.begin(obs[None])
+            session.begun = True
+        session.in_episode = True
+        session.episode_return = 0.0
+        session.episode_length = 0
+        session.state = self.policy.initial_state(1)  # a new episode starts from a fresh core state
+
+    def _end_episode(self, session: Session, reward: float, obs: np.ndarray | None, truncated: bool) -> None:
+        """Its last step is recorded when the next episode begins (the recorder's next observation)."""
+        if abs(session.episode_return) <= self.config.learner.max_abs_return:
+            self._done_returns.append(session.episode_return)
+            self._done_lengths.append(float(session.episode_length))
+        else:  # (the learner would refuse the whole stats message, every other client's returns with it)
+            self.stats.rejected.note("implausible_return", f"client {session.client_id}: episode return {session.episode_return:g} "
+                                     f"beyond +-{self.config.learner.max_abs_return:g} (learner.max_abs_return); not reported")
+        final = np.array(obs, copy=True) if truncated else None
+        session.pending_end = (reward, not truncated, truncated, final)
+        session.in_episode = False
+
+    @staticmethod
+    def _await_action(session: Session, seq: int, obs: np.ndarray, batch: list) -> None:
+        session.awaiting = seq
+        batch.append((session, seq, obs))
+
+    def _pipelined(self, session: Session, seq: int) -> None:
+        """An ACT sent before the reply to the session's previous one: the client did not
+        wait for the action it reports on, so neither this step nor the rest of its episode
+        can be trusted. Dropped unanswered, and the session ends; the request in the batch
+        is answered with an ERROR that says why."""
+        self.stats.rejected.note("pipelined", f"client {session.client_id}: ACT seq {seq} before the reply to seq {session.awaiting}")
+        self.sessions.drop(session.identity, "pipelined")
 
     def _answer(self, batch: list) -> None:
+        """Answers the batch's requests: with one forward pass for the sessions still open,
+        with an ERROR for those closed since they asked (unless the client left or replaced it)."""
+        live = []
+        for item in batch:
+            session, seq, _ = item
+            if session.closed is None:
+                live.append(item)
+            elif session.closed not in ("bye", "replaced"):
+                self._reply(session.identity, wire.encode(wire.Kind.ERROR, seq=seq, meta=CLOSED.get(
+                    session.closed, f"{session.closed}: the session was closed; say hello again and start a new episode")))
+        if live:
+            self._forward(live)
+
+    def _forward(self, batch: list) -> None:
         """One forward pass for every request that needs an action."""
         obs = np.stack([o for _, _, o in batch])
         state = None
@@ -368,7 +398,7 @@ class AgentServer:
             # raises ValueError). Answer each request alone, to refuse only the culprits.
             if len(batch) > 1:
                 for item in batch:
-                    self._answer([item])
+                    self._forward([item])
             else:
                 session, seq, _ = batch[0]
                 reason = "bad_value" if isinstance(e, ValueError) else "internal_error"
@@ -381,6 +411,7 @@ class AgentServer:
             if new_state is not None:
                 session.state = tuple(x[i : i + 1] for x in new_state)
             session.recorder.record(actions[i : i + 1], {k: v[i : i + 1] for k, v in extras.items()})
+            session.awaiting = None
             a = actions[i]
             arr = np.asarray(a, np.int64) if self._act_discrete else np.asarray(a, np.float32)
             self._reply(session.identity, wire.encode(wire.Kind.ACTION, {"action": arr}, seq=seq, policy_version=self.policy_version))
@@ -409,20 +440,25 @@ class AgentServer:
             return
         try:
             if msg.kind == wire.Kind.HELLO:
-                self._hello(identity, msg)
+                self._hello(identity, msg, now)
                 return
             session = self.sessions.get(identity)
             if session is None:
                 if msg.kind in (wire.Kind.BYE, wire.Kind.STATS):
                     return
-                raise RequestError("no session: say hello first (the server may have restarted or dropped an idle client)")
+                raise RequestError(NO_SESSION)
             session.last_seen = now
             if msg.kind == wire.Kind.ACT:
-                self._act(session, msg, batch)
+                # Checked before the ACT touches the episode: its reward and observation
+                # must not reach the recorder.
+                if session.awaiting is not None:
+                    self._pipelined(session, msg.seq)
+                else:
+                    self._act(session, msg, batch)
             elif msg.kind == wire.Kind.STATS:
                 self._forward_stats(msg)
             elif msg.kind == wire.Kind.BYE:
-                self._drop(identity)
+                self.sessions.drop(identity, "bye")
         except wire.WireError as e:
             self._error(identity, msg.seq, e.reason.value, f"bad request: {e}")
         except RequestError as e:
@@ -434,18 +470,11 @@ class AgentServer:
         """The backstop for a request that raised where no check expected it (called in the
         except block): counted, logged (an internal_error with its traceback: a bug to fix),
         answered with an ERROR, and its session dropped, since its state may be half updated."""
-        (log.exception if reason == "internal_error" else log.warning)("request seq %d refused (%s): %s", seq, reason, text)
-        self._drop(identity)
-        self._error(identity, seq, reason, text)
-
-    def _drop(self, identity: bytes) -> None:
-        if self.sessions.pop(identity, None) is not None:
-            self.stats.sessions_dropped += 1
-
-    def _expire(self, now: float) -> None:
-        limit = self.sc.client_timeout_s
-        for identity in [i for i, s in self.sessions.items() if now - s.last_seen > limit]:
-            self._drop(identity)
+        self.sessions.drop(identity, reason)
+        if reason == "internal_error":
+            self._error(identity, seq, reason, text, level=logging.ERROR, exc_info=True)
+        else:
+            self._error(identity, seq, reason, text)
 
     # ------------------------------------------------------------------ loop
 
@@ -457,7 +486,7 @@ class AgentServer:
                 return self.stats
             if self.link is not None:
                 self.policy_version = self.link.policy_version
-            self._say(f"serving {self.obs_spec.to_json()} -> {self.action_spec.to_json()} on {self.endpoint}"
+            self._say(f"serving {self.obs_spec.to_json()} -> {self.action_spec.to_json()} on {self.endpoint}, policy version {self.policy_version}"
                       + (f", learner {self.learner_endpoint}" if self.link else " (no learner: inference only)"))
             return self._loop(max_seconds)
         except LearnerFinished as e:
@@ -481,15 +510,16 @@ class AgentServer:
         now = time.monotonic()
         batch: list = []
         handled = 0
-        # Drain what is already queued (up to max_batch actions), never wait for more.
-        while len(batch) < self.sc.max_batch:
+        # Drain what is already queued, never wait for more. Bounded by requests, not by
+        # actions: requests that need none (refused ones, a flood) must not delay the answers.
+        while handled < self.sc.max_batch:
             try:
                 parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
             handled += 1
             if len(parts) != 2:
-                self.stats.rejected["bad_header"] += 1
+                self.stats.rejected.note("bad_header", f"a request of {len(parts)} frames, expected 1 after the identity")
                 continue
             self._handle(parts[0].bytes, parts[1], batch, now)
         if batch:
@@ -499,24 +529,24 @@ class AgentServer:
     def _loop(self, max_seconds: float | None) -> ServerStats:
         t_end = None if max_seconds is None else time.monotonic() + max_seconds
         last_expire = last_log = last_stats = time.monotonic()
-        steps_at_log = 0
-        while not self.stop.is_set():
-            if t_end is not None and time.monotonic() >= t_end:
-                break
-            self.serve_once(2 if self.backlog else 20)
-            now = time.monotonic()
-            if now - last_expire >= min(1.0, self.sc.client_timeout_s / 4):
-                self._expire(now)
-                last_expire = now
-            if self._done_returns and now - last_stats >= self.config.actor.stats_interval_s:
-                self._send_episode_stats()
-                last_stats = now
-            if now - last_log >= self.config.learner.log_interval_s * 5:
-                rate = (self.stats.steps - steps_at_log) / (now - last_log)
-                mean_batch = self.stats.batch_sizes / max(self.stats.batches, 1)
-                self._say(f"{len(self.sessions)} clients, {rate:,.0f} steps/s, mean batch {mean_batch:.1f}, policy version {self.policy_version}"
-                          + (f", dropped {self.stats.dropped_messages}" if self.stats.dropped_messages else ""))
-                last_log, steps_at_log = now, self.stats.steps
+        expire_every = min(1.0, self.sc.client_timeout_s / 4, self.sc.first_act_timeout_s / 4)
+        try:
+            while not self.stop.is_set():
+                if t_end is not None and time.monotonic() >= t_end:
+                    break
+                self.serve_once(2 if self.backlog else 20)
+                now = time.monotonic()
+                if now - last_expire >= expire_every:
+                    self.sessions.expire(now)
+                    last_expire = now
+                if self._done_returns and now - last_stats >= self.config.actor.stats_interval_s:
+                    self._send_episode_stats()
+                    last_stats = now
+                if now - last_log >= self.config.learner.log_interval_s * 5:
+                    self.report.write(len(self.sessions), self.policy_version)
+                    last_log = now
+        finally:
+            self.report.write(len(self.sessions), self.policy_version)  # the counters as the server stops
         return self.stats
 
     def _send_episode_stats(self) -> None:
@@ -534,6 +564,7 @@ class AgentServer:
             self.link = None
         if not self.router.closed:
             self.router.close(linger=0)
+        self.report.close()
         if self._auth is not None:
             self._auth.release()
             self._auth = None
