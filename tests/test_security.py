@@ -93,9 +93,10 @@ class Intruder:
             sock.close()
 
 
-# A refused handshake may be counted as a connection dropped before its first message; that
-# is the refusal itself, not a message from the peer reaching the receiver.
-CONNECTION_REASONS = frozenset({"control_dropped"})
+# A refused handshake is counted (curve_refused, and on the control socket also as a connection
+# dropped before its first message); that is the refusal itself, not a message from the peer
+# reaching the receiver.
+CONNECTION_REASONS = frozenset({"control_dropped", "curve_refused"})
 
 
 def messages_rejected_since(learner, before: dict) -> dict:
@@ -186,6 +187,8 @@ def test_learner_refuses_a_simulator_clients_key(ctx, keys, make_learner, make_a
         weights.setsockopt(zmq.SUBSCRIBE, b"")
         for sock in (control, trajectory, weights):
             assert client.handshake(sock) == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        wait_for(lambda: learner.rejected["curve_refused"] >= rejected_before.get("curve_refused", 0) + 3, 30,
+                 "each socket's refusal counted")
         updates = learner.updates
         wait_for(lambda: learner.updates >= updates + 5, 60, "the real actor to keep training")
         assert not control.poll(0) and not weights.poll(0)  # nothing out

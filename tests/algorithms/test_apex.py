@@ -269,12 +269,13 @@ def test_a_target_that_overflows_gives_the_largest_finite_priority_and_training_
 def test_a_warming_learner_keeps_actors_from_asking_again_and_says_what_it_waits_for(make_learner, make_actor):
     # During Ape-X's warm-up no update publishes weights: the learner publishes its latest
     # again, so an actor's watchdog (actor.learner_timeout_s) does not send a hello each time.
-    cfg = apex_config("algo.min_replay_size=100000", "algo.replay_capacity=100000", "actor.learner_timeout_s=1")
+    cfg = apex_config("algo.min_replay_size=100000", "algo.replay_capacity=100000", "actor.learner_timeout_s=1",
+                      "learner.actor_timeout_s=120")  # (the links' keep-alive hello, every 60 s, stays out of the test)
     learner, _ = make_learner(cfg, start=False)
     hellos, beats = [], []
     handshake, publisher = learner.receiver.handshake, learner.publisher
     on_hello, send_weights = handshake.answer, publisher.send
-    handshake.answer = lambda msg: hellos.append(msg) or on_hello(msg)
+    handshake.answer = lambda msg, identity: hellos.append(msg) or on_hello(msg, identity)
     publisher.send = lambda frame: beats.append(frame) or send_weights(frame)
     runner = Running(learner.run, "learner")
     try:

@@ -32,6 +32,7 @@ from zrl.config import Config
 from zrl.envs.specs import config_specs
 from zrl.learner.sources import make_source, source_class
 from zrl.learner.device import check_training_fits, resolve_device
+from zrl.learner.connection_watch import ConnectionWatch
 from zrl.learner.handshake import Handshake
 from zrl.learner.progress import Progress, StatsSum
 from zrl.learner.publisher import WeightPublisher, publishable
@@ -89,7 +90,8 @@ class Learner:
         handshake = Handshake(config, self.progress, self.instance,
                               {"trajectory": self.trajectory_endpoint, "weights": self.weights_endpoint},
                               self.specs, lambda: self.publisher.latest_frame)
-        self.receiver = Receiver(s.control, s.pull, self.gate, handshake, self.progress, self._stop, config.learner.max_message_bytes)
+        self.watch = ConnectionWatch({"control": s.control, "trajectory": s.pull, "weights": s.pub}, curve=s.curve is not None)
+        self.receiver = Receiver(s.control, s.pull, self.gate, handshake, self.progress, self._stop, config.learner.max_message_bytes, self.watch)
         self.receiver.algo, self.receiver.source = self.algo, self.source
 
     def _make_logdir(self) -> None:
@@ -273,6 +275,7 @@ class Learner:
         self._stop.set()
         self.publisher.shutdown()
         self.receiver.join(timeout=5)
+        self.watch.close()
         self.sockets.close()
 
 

@@ -17,7 +17,7 @@ import time
 import zmq
 
 from zrl import wire
-from zrl.learner.control_watch import ControlWatch
+from zrl.learner.connection_watch import ConnectionWatch
 from zrl.learner.handshake import Handshake, HelloRefused
 from zrl.learner.progress import Progress
 
@@ -36,7 +36,7 @@ class Receiver:
     model is built) takes the chunks; None drops them after counting (a sink learner)."""
 
     def __init__(self, control: zmq.Socket, pull: zmq.Socket, gate: wire.Gate, handshake: Handshake,
-                 progress: Progress, stop: threading.Event, max_message_bytes: int):
+                 progress: Progress, stop: threading.Event, max_message_bytes: int, watch: ConnectionWatch):
         self.control = control
         self.pull = pull
         self.gate = gate
@@ -44,6 +44,7 @@ class Receiver:
         self.progress = progress
         self.stop = stop
         self.max_bytes = max_message_bytes
+        self.watch = watch  # (this thread's from start() on)
         self.source = None
         self.algo = None
         self.error: BaseException | None = None
@@ -57,15 +58,12 @@ class Receiver:
             self._thread.join(timeout=timeout)
 
     def _run(self) -> None:
-        self.watch = ControlWatch(self.control)
         try:
             self._loop()
         except BaseException as e:  # a bug here must not hang the trainer
             self.error = e
             log.exception("receiver thread failed")
             self.stop.set()
-        finally:
-            self.watch.close()
 
     def _loop(self) -> None:
         next_control = 0.0
@@ -89,9 +87,8 @@ class Receiver:
                     self._enqueue(item)
 
     def _answer_hellos(self) -> None:
-        for _ in range(self.watch.drain()):
-            self.progress.reject("control_dropped", "a control connection ended before a whole message: a hello over "
-                                 "learner.max_hello_bytes, a failed handshake, or not a zrl peer")
+        for reason, detail in self.watch.drain():
+            self.progress.reject(reason, detail)
         while self.control.poll(0, zmq.POLLIN):
             try:
                 self._on_control()
