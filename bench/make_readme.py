@@ -392,6 +392,15 @@ configs/lunarlander_ppo.yaml --seed S` on 11-27 (AVX2 EPYC, 2 vCPUs; seeds 2
 and 3 beside a test-suite run): 194 s (1.26M env steps), 309 s (1.61M) and
 221 s (0.83M) to the 100-episode mean of 200, every seed within the 10
 minutes."""),
+    ("learning_acrobot", """## learning: time to a mean return of -100 on Acrobot-v1
+
+`zrl bench learning --task acrobot`: the wall time from the command's start
+and env steps until the mean return of the last 100 training episodes
+reaches -100 (rl-baselines3-zoo's threshold), seeds 1-3, for
+`configs/acrobot_impala.yaml` beside Stable-Baselines3 PPO with
+rl-baselines3-zoo's Acrobot-v1 settings (16 envs under VecNormalize,
+n_steps 256, GAE 0.94, 4 epochs; it also stops at the zoo's 1M steps). No
+target: the row records the shipped config's result."""),
     ("learning_halfcheetah", """## learning: HalfCheetah after 15 minutes
 
 `zrl bench learning --task halfcheetah` (needs `pip install -e .[mujoco]`):
@@ -575,6 +584,7 @@ Growth compares the first and last fifths of the samples after a warm-up
 RUN_COMMANDS = {
     "learning_pendulum": "zrl bench learning --task pendulum",
     "learning_lunarlander": "zrl bench learning --task lunarlander",
+    "learning_acrobot": "zrl bench learning --task acrobot",
     "learning_halfcheetah": "zrl bench learning --task halfcheetah",
 }
 

@@ -27,5 +27,6 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install torch==2.13.0
 "${PIP[@]}" install "pybind11>=2.12" "cmake>=3.18" ninja
 echo "[setup] building zrl (C++ extension + editable install)"
-"${PIP[@]}" install --no-build-isolation -e ".[test,atari]"
+# ZRL_EXTRAS: the extras to install (scripts/test.sh adds those its tests need).
+"${PIP[@]}" install --no-build-isolation -e ".[${ZRL_EXTRAS:-test,atari}]"
 .venv/bin/python -c "import zrl._core, torch; print('[setup] ok: zrl', __import__('zrl').__version__, 'torch', torch.__version__)"

@@ -2,7 +2,7 @@
 # Sets up (idempotently), builds the C++ tests, and runs every test: ctest, then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+ZRL_EXTRAS=test,atari,export,video,plot bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 # C++: kernels, replay, libzrl_client and its examples, and their GoogleTests.
 cmake -S . -B build/cpp -G Ninja -DZRL_BUILD_PYTHON=OFF -DZRL_BUILD_TESTS=ON -DZRL_BUILD_CLIENT=ON -DCMAKE_BUILD_TYPE=Release > /dev/null

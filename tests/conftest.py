@@ -75,3 +75,19 @@ def make_actor(ctx, endpoint):
         actor.stop.set()
     for actor, runner in started:
         runner.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> the logdir of a small saved policy (tests/saved_policies.py POLICIES), each
+    made once per module: for the tests of zrl.load and zrl export."""
+    from saved_policies import save_policy
+
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = save_policy(tmp_path_factory.mktemp(name), name)
+        return made[name]
+
+    return get

@@ -5,7 +5,9 @@ plain containers, no arbitrary objects) holding the model, optimiser and
 algorithm state, the counters, the config, the specs, a format version and
 the hash of what shapes the model. It is written to a temporary file in the
 same directory and renamed over, so a kill mid-write leaves the previous
-checkpoint intact; the last K are kept. A fresh run (not --resume) first moves
+checkpoint intact; the last K are kept, and besides them `best.pt`, the one
+saved with the highest mean return (`mark_best`; `load_latest` never picks
+it, so --resume continues from the newest). A fresh run (not --resume) first moves
 an earlier run's checkpoints aside (`set_aside`; `zrl run` and `zrl learner` move
 the whole earlier run, zrl.launch.rundir), so every checkpoint in the directory
 belongs to one run.
@@ -17,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +31,7 @@ log = logging.getLogger("zrl.checkpoint")
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
+BEST_NAME = "best.pt"  # the checkpoint saved with the highest mean return (not matched by _NAME)
 
 
 class CheckpointError(RuntimeError):
@@ -47,14 +51,29 @@ def list_checkpoints(ckdir: Path) -> list[Path]:
 
 def save(ckdir: Path, updates: int, state: dict[str, Any], keep: int) -> Path:
     ckdir.mkdir(parents=True, exist_ok=True)
-    state = {"format_version": FORMAT_VERSION, **state}
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=ckdir)
+    final = path_for(ckdir, updates)
+    _write_atomic(final, {"format_version": FORMAT_VERSION, **state})
+    for old in list_checkpoints(ckdir)[:-keep]:
+        try:
+            old.unlink()
+        except OSError:
+            pass
+    for stale in ckdir.glob(".ckpt-*.tmp"):  # left by a process killed mid-write
+        try:
+            stale.unlink()
+        except OSError:
+            pass
+    return final
+
+
+def _write_atomic(final: Path, state: dict[str, Any]) -> None:
+    """Writes `state` to a temporary file beside `final` and renames it over."""
+    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=final.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        final = path_for(ckdir, updates)
         os.replace(tmp, final)
     except BaseException:
         try:
@@ -62,18 +81,43 @@ def save(ckdir: Path, updates: int, state: dict[str, Any], keep: int) -> Path:
         except OSError:
             pass
         raise
-    for old in list_checkpoints(ckdir)[:-keep]:
+
+
+def best_path(ckdir: Path) -> Path:
+    return ckdir / BEST_NAME
+
+
+def mark_best(saved: Path) -> Path:
+    """Makes the checkpoint just written at `saved` its directory's best.pt, replaced atomically.
+
+    A hard link shares the file's bytes (pruning `saved` later leaves best.pt whole); a
+    filesystem without hard links gets a copy."""
+    best = best_path(saved.parent)
+    tmp = saved.parent / f".ckpt-best-{os.getpid()}.tmp"
+    try:
+        tmp.unlink(missing_ok=True)
         try:
-            old.unlink()
+            os.link(saved, tmp)
         except OSError:
-            pass
-    for stale in ckdir.glob(".ckpt-*.tmp"):  # left by a process killed mid-write
-        if stale.name != os.path.basename(tmp):
-            try:
-                stale.unlink()
-            except OSError:
-                pass
-    return final
+            shutil.copyfile(saved, tmp)
+        os.replace(tmp, best)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return best
+
+
+def best_return(ckdir: Path) -> float | None:
+    """The mean return best.pt was saved with; None without a readable one."""
+    path = best_path(ckdir)
+    if not path.is_file():
+        return None
+    try:
+        value = load(path).get("mean_return")
+    except CheckpointError as e:
+        log.warning("ignoring the best checkpoint: %s", e)
+        return None
+    return float(value) if value is not None else None
 
 
 def set_aside(ckdir: Path) -> Path | None:
@@ -83,7 +127,7 @@ def set_aside(ckdir: Path) -> Path | None:
     Checkpoints are ordered by update count, so a new run writing beside an older one's
     would have its own pruned first, and --resume, `zrl eval` and `zrl serve` would load the
     older run's. A fresh run calls this before its first save: nothing is deleted."""
-    if not list_checkpoints(ckdir):
+    if not list_checkpoints(ckdir) and not best_path(ckdir).exists():
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     for n in range(1000):
@@ -176,3 +220,22 @@ def load_latest(ckdir: Path) -> tuple[Path, dict[str, Any]] | None:
         except CheckpointError as e:
             log.warning("skipping checkpoint: %s", e)
     return None
+
+
+def find(path: Path, best: bool = False) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint a command was pointed at: a file as is; a logdir (or a checkpoints
+    directory) gives its newest checkpoint, or with `best` its best.pt. CheckpointError if none."""
+    if not path.is_dir():
+        if best:
+            raise CheckpointError(f"{path} is a file: --best picks the best checkpoint of a logdir")
+        return path, load(path)
+    if best:
+        for candidate in (best_path(path / "checkpoints"), best_path(path)):
+            if candidate.is_file():
+                return candidate, load(candidate)
+        raise CheckpointError(f"no best checkpoint ({BEST_NAME}) in {path}: one is written with the first checkpoint "
+                              "saved after an episode has ended")
+    found = load_latest(path / "checkpoints") or load_latest(path)
+    if found is None:
+        raise CheckpointError(f"no checkpoint found in {path}")
+    return found

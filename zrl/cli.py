@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from zrl import __version__
 from zrl.bench import BENCHMARKS, BenchUnavailable
 from zrl.config import ConfigError, load_config
 from zrl.protocol.endpoints import endpoint_problem
@@ -32,6 +33,7 @@ FLAG_KEYS = {
     "stop_at_return": "run.stop_at_return",
     "max_seconds": "run.max_seconds",
     "max_env_steps": "run.max_env_steps",
+    "env_package": "env.packages",
 }
 
 
@@ -105,7 +107,19 @@ def stop_options(f):
                         help="Stop once the mean return of the last run.return_window episodes reaches this (run.stop_at_return).")(f)
 
 
-config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="YAML config (default: configs/cartpole_impala.yaml).")
+config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, metavar="FILE|NAME",
+                             help="A YAML config file, or the name of a shipped one (pong_impala, with or without .yaml; "
+                                  "a wrong name lists them) [default: cartpole_impala].")
+
+
+def _env_packages(ctx, param, value):
+    """--env-package a --env-package b -> ["a", "b"]; None when not given (the config's env.packages stand)."""
+    return list(value) or None
+
+
+env_package_option = click.option("--env-package", "env_package", multiple=True, callback=_env_packages, metavar="MODULE",
+                                  help="Import MODULE before making any env, in every process: one that registers your own "
+                                       "Gymnasium envs (sets env.packages; repeatable; docs/ENVS.md).")
 override_option = click.option("-o", "--override", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
 logdir_option = click.option("--logdir", type=click.Path(file_okay=False), default=None,
                              help="The run's directory; an earlier run there moves to LOGDIR/previous-<UTC time>/ "
@@ -185,6 +199,7 @@ class _PipeSafe:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="zrl", message="%(prog)s %(version)s", help="Print zrl's version and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """zrl: distributed reinforcement learning over ZeroMQ."""
@@ -206,9 +221,12 @@ def main(verbose: bool) -> None:
 @stop_options
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
 @click.option("--logdir-ready", is_flag=True, hidden=True, help="(zrl run's learner) LOGDIR is readied and holds the config given.")
-def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file, logdir_ready):
+@env_package_option
+def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file, logdir_ready,
+            env_package):
     """Train: receive trajectories, publish weights, checkpoint."""
-    flags = dict(device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+    flags = dict(device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps,
+                 env_package=env_package)
     if logdir_ready and not logdir:
         raise click.UsageError("--logdir-ready needs --logdir")
     if logdir_ready:  # zrl run readied LOGDIR and saved the config there
@@ -229,9 +247,10 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
 @click.option("--num-actors", type=click.IntRange(min=1), default=1, show_default=True, help="How many actors there are in all.")
 @click.option("--seed", type=int, default=None, help="Base seed (default: run.seed).")
 @click.option("--eval", "eval_mode", is_flag=True, help="Evaluation actor: act greedily, send only episode returns (run.eval_num_envs envs).")
-def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eval_mode):
+@env_package_option
+def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eval_mode, env_package):
     """Step environments and stream trajectories to a learner."""
-    cfg = _load(config_path, overrides)
+    cfg = _load(config_path, overrides, env_package=env_package)
     if index >= num_actors:
         raise click.BadParameter(f"--index {index} must be in [0, --num-actors {num_actors})")
     from zrl.launch import run_actor  # lazy: zrl.launch's process machinery would slow every command's start-up
@@ -248,9 +267,13 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
 @click.option("--bind", default=None, callback=_endpoint(True), help="Learner control endpoint (default: an ipc:// socket in a private temp dir).")
 @stop_options
 @resume_option
-def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume):
-    """Start a learner and N actors on this machine; stop them all on exit."""
-    flags = dict(actors=actors, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
+@click.option("--device", default=None, help="The learner's device: auto, cpu or cuda[:N] (learner.device).")
+@env_package_option
+def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume, device, env_package):
+    """Start a learner and N actors on this machine; stop them all on exit. On a terminal, a
+    live status line shows the learner's progress (env steps, steps/s, return, ETA)."""
+    flags = dict(actors=actors, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps,
+                 device=device, env_package=env_package)
     cfg, logdir = _open_run("zrl run", config_path, overrides, flags, logdir, resume, check=_something_feeds_the_learner)
     from zrl.launch import RunOptions, run_local  # lazy: zrl.launch's process machinery would slow every command's start-up
 
@@ -278,9 +301,10 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
 @click.option("--logdir", type=click.Path(file_okay=False), default=None,
               help="Write the server's counters (rejections, dropped sessions) as TensorBoard scalars here "
                    "(default: none; the status line shows them either way).")
-def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed, logdir):
+@env_package_option
+def serve(config_path, overrides, bind, learner_endpoint, checkpoint_path, seed, logdir, env_package):
     """Agent server: batched inference for simulators that embed a zrl client."""
-    cfg = _load(config_path, overrides)
+    cfg = _load(config_path, overrides, env_package=env_package)
     from zrl.launch import run_server  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     sys.exit(run_server(cfg, bind, learner_endpoint, checkpoint_path=checkpoint_path, seed=seed, logdir=logdir,
@@ -307,26 +331,74 @@ def keys_generate(directory, clients, actors):
 
 
 @main.command(name="eval")
-@click.option("--checkpoint", "checkpoint_path", required=True, type=click.Path(exists=True), help="A checkpoint file or a logdir (newest checkpoint).")
-@click.option("--episodes", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--checkpoint", "checkpoint_path", required=True, type=click.Path(exists=True), help="A checkpoint file or a logdir (its newest checkpoint; with --best, its best).")
+@click.option("--episodes", type=click.IntRange(min=1), default=10, show_default=True, help="Episodes to play; the mean return is over them.")
 @click.option("--sample", is_flag=True, help="Sample actions from the policy instead of acting greedily.")
-@click.option("--seed", type=int, default=12345, show_default=True)
-@click.option("--num-envs", type=click.IntRange(min=1), default=8, show_default=True)
-def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs):
+@click.option("--seed", type=int, default=12345, show_default=True, help="The envs' seed (env k resets with SEED + k).")
+@click.option("--num-envs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Envs played side by side (at most --episodes).")
+@click.option("--best", is_flag=True, help="With a logdir: its best checkpoint (checkpoints/best.pt, the highest mean return when saved) instead of the newest.")
+@click.option("--video", "video_dir", type=click.Path(file_okay=False), default=None,
+              help='Write an .mp4 of each episode to this directory (one env plays them in turn; needs pip install "zrl[video]").')
+@env_package_option
+def eval_cmd(checkpoint_path, episodes, sample, seed, num_envs, best, video_dir, env_package):
     """Run a checkpoint's policy and print its mean return."""
+    from zrl.envs.make import import_env_packages  # lazy: imports gymnasium
     from zrl.evaluate import evaluate_checkpoint  # lazy: imports torch
 
     try:
-        result = evaluate_checkpoint(checkpoint_path, episodes=episodes, greedy=not sample, seed=seed, num_envs=num_envs)
+        import_env_packages(env_package or ())  # (the checkpoint's own env.packages are imported as its envs are made)
+        result = evaluate_checkpoint(checkpoint_path, episodes=episodes, greedy=not sample, seed=seed, num_envs=num_envs,
+                                     best=best, video_dir=video_dir)
     except (ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"checkpoint {result['checkpoint']}")
     click.echo(f"mean return {result['mean_return']:.2f} over {result['episodes']} episodes (min {result['min_return']:.1f}, max {result['max_return']:.1f}, {'sampled' if sample else 'greedy'})")
+    if video_dir is not None:
+        click.echo(f"{len(result['videos'])} videos in {video_dir}")
+
+
+@main.command(name="export")
+@click.argument("source", type=click.Path(exists=True), metavar="LOGDIR_OR_CHECKPOINT")
+@click.option("--format", "fmt", type=click.Choice(["torchscript", "onnx"]), default=None,
+              help="The file's format (default: from --out's suffix: .onnx, or .pt / .ts for TorchScript). "
+                   'onnx needs pip install "zrl[export]".')
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The file to write.")
+def export_cmd(source, fmt, out):
+    """Write a checkpoint's deterministic policy (a run's newest, or a .pt file) as a TorchScript
+    or ONNX file that runs without zrl: obs [B, *obs] -> action, normalisation and rescaling
+    included, the spaces in its metadata (docs/API.md)."""
+    from zrl.export import ExportError, export_policy  # lazy: imports torch
+
+    try:
+        exported = export_policy(source, fmt, out)
+    except (ExportError, ValueError, RuntimeError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    for line in exported.summary():
+        click.echo(line)
+
+
+@main.command()
+@click.argument("logdirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False), metavar="LOGDIR...")
+@click.option("--out", type=click.Path(dir_okay=False), default="returns.png", show_default=True,
+              help="The image to write (its suffix picks the format: .png, .svg, .pdf).")
+def plot(logdirs, out):
+    """Plot the return of one run or several side by side (one line per LOGDIR), against env
+    steps and against wall time, from their TensorBoard events. Needs pip install "zrl[plot]"."""
+    from zrl.plot import PlotError, plot_returns  # lazy: imports tensorboard and matplotlib
+
+    try:
+        notes = plot_returns([Path(d) for d in logdirs], Path(out))
+    except PlotError as e:
+        raise click.ClickException(str(e)) from None
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"wrote {out}")
 
 
 # The tasks of `zrl bench learning --task` (zrl.bench.learning.TASKS, the first its default), named
 # here so that `zrl --help` imports no benchmark; tests/bench/test_bench_learning.py holds them equal.
-LEARNING_TASKS = ("cartpole", "pendulum", "lunarlander", "halfcheetah")
+LEARNING_TASKS = ("cartpole", "pendulum", "lunarlander", "acrobot", "halfcheetah")
 
 
 def _seed_list(ctx, param, value):
@@ -346,7 +418,8 @@ def _seed_list(ctx, param, value):
 @click.argument("name", type=click.Choice([*BENCHMARKS, "all"]), metavar="NAME")
 @click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
 @click.option("--quick", is_flag=True, help="Small sizes and few repeats (a smoke test, not a measurement).")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed repeats of each measurement (figures are their median).")
 @click.option("--seconds", type=click.FloatRange(min=10), default=None,
               help="Length of the timed runs of pong and soak (default 600; --quick: 90 and 40). A slower CPU "
                    "needs longer to see Pong's return rise: bench/README.md.")

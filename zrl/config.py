@@ -53,6 +53,8 @@ __all__ = [
     "config_differences",
     "dump_config",
     "default_config_path",
+    "resolve_config_path",
+    "shipped_config_names",
 ]
 
 # The smallest frames (env.screen_size) each CNN takes; impala_deep's padded convolutions and
@@ -169,15 +171,43 @@ def _to_plain(x: Any) -> Any:
     return x
 
 
-def default_config_path() -> Path:
-    """configs/cartpole_impala.yaml: next to the package (a source checkout, an editable
-    install), else the copy an installed package ships (zrl/configs/), else in the
-    working directory."""
+DEFAULT_CONFIG_NAME = "cartpole_impala"
+
+
+def shipped_config_dir() -> Path:
+    """Where the shipped configs are: configs/ next to the package (a source checkout, an
+    editable install), else the copy an installed package ships (zrl/configs/), else
+    configs/ in the working directory."""
     package = Path(__file__).resolve().parent
     for here in (package.parent / "configs", package / "configs"):
-        if (here / "cartpole_impala.yaml").exists():
-            return here / "cartpole_impala.yaml"
-    return Path("configs") / "cartpole_impala.yaml"
+        if (here / f"{DEFAULT_CONFIG_NAME}.yaml").exists():  # (not some other package's configs/)
+            return here
+    return Path("configs")
+
+
+def shipped_config_names() -> list[str]:
+    return sorted(p.stem for p in shipped_config_dir().glob("*.yaml"))
+
+
+def default_config_path() -> Path:
+    return shipped_config_dir() / f"{DEFAULT_CONFIG_NAME}.yaml"
+
+
+def resolve_config_path(config: str | Path | None) -> Path:
+    """The file `--config` names: a path that exists, else the shipped config of that name
+    ("pong_impala", "pong_impala.yaml", or "configs/pong_impala.yaml" outside the repo);
+    ConfigError listing the shipped names when neither is found."""
+    if config is None:
+        return default_config_path()
+    path = Path(config)
+    if path.exists() or path.parent not in (Path("."), Path("configs")):
+        return path  # (a path elsewhere that does not exist: load_config says so)
+    name = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
+    shipped = shipped_config_dir() / f"{name}.yaml"
+    if shipped.exists():
+        return shipped
+    raise ConfigError(f"no config file {config} here, and no shipped config named {name!r} "
+                      f"(shipped: {', '.join(shipped_config_names())})")
 
 
 # ---------------------------------------------------------------------------
@@ -185,8 +215,9 @@ def default_config_path() -> Path:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Reads a YAML config (default: configs/cartpole_impala.yaml) and applies `section.key=value` overrides."""
-    p = Path(path) if path is not None else default_config_path()
+    """Reads a YAML config and applies `section.key=value` overrides. `path` is a file or a
+    shipped config's name (resolve_config_path; default: cartpole_impala)."""
+    p = resolve_config_path(path)
     try:
         text = p.read_text()
     except OSError as e:

@@ -41,7 +41,13 @@ def _check_space(d: dict | None, key: str) -> None:
 @dataclass(frozen=True)
 class EnvConfig:
     id: str = "CartPole-v1"
-    """Gymnasium environment id (Atari ids such as ALE/Pong-v5 need ale-py)."""
+    """Gymnasium environment id (Atari ids such as ALE/Pong-v5 need ale-py). Your own env:
+    `my_pkg.envs:MyEnv-v0` imports my_pkg.envs (which registers it) and makes MyEnv-v0;
+    docs/ENVS.md."""
+    packages: tuple[str, ...] = ()
+    """Python modules to import before any env is made, in every process (learner, actors,
+    agent server, eval): modules that register your own Gymnasium envs. `--env-package PKG`
+    sets it. Each must be importable in each process (installed, or on PYTHONPATH)."""
     kwargs: dict = field(default_factory=dict)
     """Extra keyword arguments for gymnasium.make."""
     max_episode_steps: Optional[int] = None
@@ -248,7 +254,8 @@ class LearnerConfig:
     checkpoint_interval_s: float = 300.0
     """Write a checkpoint this often (also on SIGINT/SIGTERM and at the end)."""
     keep_checkpoints: int = 3
-    """How many checkpoints to keep."""
+    """How many of the newest checkpoints to keep; checkpoints/best.pt, the one saved with
+    the highest mean return, is kept besides them."""
     log_interval_s: float = 2.0
     """Console progress line and TensorBoard scalars this often."""
     max_message_bytes: int = 64 * 1024 * 1024

@@ -14,6 +14,20 @@ from zrl.typed_config import ConfigError
 _ID = re.compile(r"^(?:ALE/)?(?P<game>[A-Za-z0-9_]+?)(?:NoFrameskip|Deterministic)?(?:-v\d+)?$")
 
 
+ATARI_INSTALL = 'Atari games need ale-py: pip install "zrl[atari]"'
+# Spellings that only Atari ids use, told apart without ale_py's ROM list.
+_ATARI_LOOKING = re.compile(r"^ALE/|NoFrameskip|Deterministic|-ram")
+
+
+def has_ale_py() -> bool:
+    return _rom_ids() is not None
+
+
+def needs_ale_py(env_id: str) -> bool:
+    """Whether env_id looks like an Atari id (ALE/Pong-v5, PongNoFrameskip-v4) and ale_py is not installed."""
+    return bool(_ATARI_LOOKING.search(env_id)) and not has_ale_py()
+
+
 def _rom_ids() -> dict[str, str] | None:
     """Normalised name (lowercase, no underscores) -> ale_py ROM id; None without ale_py."""
     try:
@@ -28,7 +42,7 @@ def rom_name(env_id: str) -> str:
     m = _ID.match(env_id)
     known = _rom_ids()
     if known is None:
-        raise ConfigError(f"env.id {env_id!r}: Atari needs ale-py (pip install 'zrl[atari]', or pip install ale-py)")
+        raise ConfigError(f"env.id {env_id!r}: {ATARI_INSTALL}")
     game = known.get(m.group("game").replace("_", "").lower()) if m else None
     if game is None:
         raise ConfigError(

@@ -1,26 +1,35 @@
-"""`zrl eval`: run a checkpoint's policy for N episodes and report returns."""
+"""`zrl eval`: run a checkpoint's policy for N episodes and report returns (and, with a
+video directory, write an .mp4 of each: zrl.video)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
-from zrl import checkpoint, spaces
+from zrl import checkpoint, spaces, video
 from zrl.config import EnvConfig, config_from_dict
 from zrl.envs import make_vector_env, probe_specs
 from zrl import algorithms
 from zrl.algorithms.base import ActorAlgo, NullRecorder
 
 
-def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
-    """Plays `episodes` episodes; returns their mean, min and max.
+def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True, seed: int = 12345, num_envs: int = 8,
+             video_dir: str | Path | None = None) -> dict:
+    """Plays `episodes` episodes; returns their mean, min and max (and with `video_dir`, the
+    videos written there: one env then plays every episode, in order).
 
     Each of the E envs plays its own share (episodes / E, the first envs one more), its
     first episodes in order. Taking whichever episodes finished first across the envs
     instead would favour short ones (a policy that loses fast would look better)."""
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
+    recorders = []
+    if video_dir is not None:
+        video.require_writer()
+        env_cfg, num_envs = video.video_env_config(env_cfg), 1
     env = make_vector_env(env_cfg, min(num_envs, episodes), seed)
+    if video_dir is not None:
+        recorders = video.record(env, env_cfg, Path(video_dir))
     E = env.num_envs
     quota = [episodes // E + (k < episodes % E) for k in range(E)]
     stream = ActorAlgo(algo.make_eval_policy(model, greedy), NullRecorder())
@@ -42,18 +51,19 @@ def evaluate(model, algo, env_cfg: EnvConfig, episodes: int, greedy: bool = True
     finally:
         env.close()
     r = np.array([x for per_env in returns for x in per_env])
-    return {"mean_return": float(r.mean()), "min_return": float(r.min()), "max_return": float(r.max()), "episodes": len(r)}
+    result = {"mean_return": float(r.mean()), "min_return": float(r.min()), "max_return": float(r.max()), "episodes": len(r)}
+    if video_dir is not None:
+        result["videos"] = [str(p) for rec in recorders for p in rec.written]
+    return result
 
 
-def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = True, seed: int = 12345, num_envs: int = 8) -> dict:
-    p = Path(path)
-    if p.is_dir():
-        found = checkpoint.load_latest(p / "checkpoints") or checkpoint.load_latest(p)
-        if found is None:
-            raise ValueError(f"no checkpoint found in {p}")
-        p, state = found
-    else:
-        state = checkpoint.load(p)
+def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = True, seed: int = 12345, num_envs: int = 8,
+                        best: bool = False, video_dir: str | Path | None = None) -> dict:
+    """Plays a checkpoint's policy: a file, or a logdir's newest checkpoint (with `best`, its
+    best.pt: the highest mean return when saved)."""
+    if video_dir is not None:
+        video.require_writer()  # (before the checkpoint loads: the hint comes at once)
+    p, state = checkpoint.find(Path(path), best)
     cfg = config_from_dict(state["config"], source=str(p))
     specs = spaces.from_json(state["obs_spec"]), spaces.from_json(state["action_spec"])
     check_env_fits(p, cfg, specs)
@@ -65,7 +75,7 @@ def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = Tru
         raise checkpoint.CheckpointError(f"{p}: its weights do not fit the model its config describes "
                                          f"(model: {cfg.to_dict()['model']}): {str(e).splitlines()[0]}") from None
     model.eval()
-    result = evaluate(model, algo, cfg.env, episodes, greedy, seed, num_envs)
+    result = evaluate(model, algo, cfg.env, episodes, greedy, seed, num_envs, video_dir)
     result["checkpoint"] = str(p)
     return result
 

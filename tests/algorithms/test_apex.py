@@ -287,7 +287,7 @@ def test_a_warming_learner_keeps_actors_from_asking_again_and_says_what_it_waits
         assert learner.updates == 0 and len(hellos) == connected
         assert {wire.decode(b).policy_version for b in beats} == {0}
         lines = []
-        Report(learner.progress, SimpleNamespace(line=lines.append, scalars=lambda values, step: None), learner.source.fill).waiting(1.0, learner.algo.waiting_for())
+        Report(learner.progress, SimpleNamespace(line=lines.append, scalars=lambda values, step: None, progress=lambda record: None), learner.source.fill).waiting(1.0, learner.algo.waiting_for())
         n = len(learner.algo.replay)
         assert 0 < n < 100_000 and "waiting for replay" in lines[0] and "/100,000 transitions (algo.min_replay_size)" in lines[0]
         assert "actors 1" in lines[0]

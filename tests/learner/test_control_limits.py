@@ -276,7 +276,7 @@ def test_a_learner_without_actors_says_where_it_waits_for_them(make_learner):
 
     learner, _ = make_learner(small_config(), start=False)
     lines, scalars = [], {}
-    metrics = SimpleNamespace(line=lines.append, scalars=lambda values, step: scalars.update(values))
+    metrics = SimpleNamespace(line=lines.append, scalars=lambda values, step: scalars.update(values), progress=lambda record: None)
     Report(learner.progress, metrics, learner.source.fill, learner.control_endpoint).waiting(3.0, learner.algo.waiting_for())
     assert f"waiting for actors to connect to {learner.control_endpoint}" in lines[0] and scalars["actors/connected"] == 0
 

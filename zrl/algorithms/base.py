@@ -22,6 +22,7 @@ from zrl.config import Config
 from zrl.cpu import cpu_flags
 from zrl.envs import Step
 from zrl.models import flatten_parameters
+from zrl.models.deterministic import actor_critic_mode
 
 
 def _native_bf16(device_type: str) -> bool:
@@ -228,6 +229,13 @@ class Algorithm:
     def make_eval_policy(self, model: torch.nn.Module, greedy: bool = True) -> Policy:
         """A policy for evaluation: greedy, or sampled (records nothing)."""
         raise NotImplementedError
+
+    def deterministic_policy(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The policy's deterministic action as one module (zrl.models.deterministic): obs
+        [B, *obs] in the env's dtype -> actions [B, *action], normalisation and bounds inside;
+        (obs, h, c) -> (action, h, c) for an LSTM core. `zrl.load` acts with it, `zrl export`
+        writes it. This default is an actor-critic's mode."""
+        return actor_critic_mode(model, self.action_spec)
 
     # -- learner side: state and update
     def setup(self, device: torch.device, env_steps: int = 0) -> None:

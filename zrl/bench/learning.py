@@ -168,6 +168,9 @@ TASKS: dict[str, Task] = {
         env_id="LunarLander-v3", window=100, target_return=200.0, limit_s=1800.0, quick_limit_s=60.0, seeds=(1, 2, 3),
         configs=(ZrlConfig("lunarlander_ppo", (WithinEachSeed(600.0),)),), references=(references.PPO_LUNARLANDER,),
         needs=(("Box2D", "box2d"),)),
+    "acrobot": Task(
+        env_id="Acrobot-v1", window=100, target_return=-100.0, limit_s=600.0, quick_limit_s=60.0, seeds=(1, 2, 3),
+        configs=(ZrlConfig("acrobot_impala"),), references=(references.PPO_ACROBOT,)),
     "halfcheetah": Task(
         env_id="HalfCheetah-v5", window=5, limit_s=900.0, quick_limit_s=30.0, seeds=(1, 2),
         configs=(ZrlConfig("halfcheetah_sac"),), references=(references.SAC_HALFCHEETAH,), needs=(("mujoco", "mujoco"),),

@@ -131,6 +131,16 @@ model = PPO("MlpPolicy", env, n_steps=1024, batch_size=64, gae_lambda=0.98, gamm
 model.learn(total_timesteps=1_000_000, callback=watch)
 '''
 
+# PPO, Acrobot-v1 (ppo.yml): 16 envs under VecNormalize, n_steps 256, gae_lambda 0.94,
+# gamma 0.99, 4 epochs, no entropy bonus; stops at their 1M steps.
+_PPO_ACROBOT = r'''
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import VecNormalize
+env = VecNormalize(make_vec_env(env_id, n_envs=16, seed=seed))
+model = PPO("MlpPolicy", env, n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0, seed=seed, verbose=0, device="cpu")
+model.learn(total_timesteps=1_000_000, callback=watch)
+'''
+
 # SAC, HalfCheetah (sac.yml's MuJoCo defaults, listed for HalfCheetah-v4): learning_starts
 # 1e4, SB3's defaults otherwise (1 env, buffer 1e6, batch 256, lr 3e-4, tau 0.005, gamma
 # 0.99, one gradient step per env step); trains until budget_s from its start.
@@ -157,9 +167,11 @@ SAC_PENDULUM = Reference("SB3 SAC (rl-zoo)", _HEAD + _SAC_PENDULUM + _REPORT_TIM
                          "SB3 SAC, rl-baselines3-zoo's Pendulum-v1 settings (lr 1e-3), allowed past their 20k steps")
 PPO_LUNARLANDER = Reference("SB3 PPO (rl-zoo)", _HEAD + _PPO_LUNARLANDER + _REPORT_TIME,
                             "SB3 PPO, rl-baselines3-zoo's LunarLander-v3 settings (also stops at their 1M steps)")
+PPO_ACROBOT = Reference("SB3 PPO (rl-zoo)", _HEAD + _PPO_ACROBOT + _REPORT_TIME,
+                        "SB3 PPO, rl-baselines3-zoo's Acrobot-v1 settings (VecNormalize; also stops at their 1M steps)")
 SAC_HALFCHEETAH = Reference("SB3 SAC (rl-zoo)", _HEAD + _SAC_HALFCHEETAH + _REPORT_GREEDY,
                             "SB3 SAC, rl-baselines3-zoo's HalfCheetah settings (learning_starts 1e4)")
-REFERENCES = (PPO_CARTPOLE, SAC_PENDULUM, PPO_LUNARLANDER, SAC_HALFCHEETAH)
+REFERENCES = (PPO_CARTPOLE, SAC_PENDULUM, PPO_LUNARLANDER, PPO_ACROBOT, SAC_HALFCHEETAH)
 
 
 def sb3_installed() -> bool:

@@ -1,6 +1,8 @@
 """Starting zrl's processes: the entry points of `zrl learner`, `zrl actor` and `zrl serve`
 (roles), and `zrl run`, which supervises a learner and its actors on this machine
-(supervisor, with the child processes in processes and summary.json in summary).
+(supervisor, with the child processes in processes and summary.json in summary; its console
+in banner, status, live and relay; the learner's progress records read in progress_tail).
+zrl.training runs the same supervisor for `zrl.train`.
 
 Importing this package is light (no torch): the cli imports it at start-up, and each entry
 point imports what its role needs when it runs.

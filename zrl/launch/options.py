@@ -21,3 +21,6 @@ class RunOptions:
     max_restarts: int = 10  # per actor
     fork: bool = hasattr(os, "fork")  # children forked from this process (fast start) or exec'd
     restart_backoff_s: tuple[float, float] = (0.5, 30.0)  # first delay, cap (doubling)
+    # The children's output through this process (zrl.launch.relay); None: when stdout is a
+    # terminal, which then shows a live status line.
+    relay: bool | None = None

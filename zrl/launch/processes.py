@@ -41,6 +41,16 @@ def line_buffered_stdio() -> None:
         setattr(sys, name, io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True))
 
 
+def redirect_stdio(stdio: tuple[int, int]) -> None:
+    """In a forked child: stdout and stderr go to these fds (zrl run's relay pipes). The
+    streams are the interpreter's own again: the parent's may wrap its terminal."""
+    for fd, target in zip(stdio, (1, 2)):
+        os.dup2(fd, target)
+    for fd in set(stdio) - {1, 2}:
+        os.close(fd)
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+
 def run_module_as_main(module: str, args: list[str]) -> None:
     """What `python -m MODULE ARGS` runs, in this process. The forked child reaches zrl's
     command line through its entry module, as an exec'd one does, so launch never imports
@@ -59,12 +69,12 @@ class ForkedProcess:
     parent has started no threads and no ZeroMQ context when it forks.
     """
 
-    def __init__(self, module: str, args: list[str]):
+    def __init__(self, module: str, args: list[str], stdio: tuple[int, int] | None = None, env: dict[str, str] | None = None):
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            self._run_child(lambda: run_module_as_main(module, args))
+            self._run_child(lambda: run_module_as_main(module, args), stdio, env or {})
         self.pid = pid
         self.returncode: int | None = None
         try:
@@ -73,7 +83,7 @@ class ForkedProcess:
             self._pidfd = None
 
     @staticmethod
-    def _run_child(main: Callable[[], None]) -> None:
+    def _run_child(main: Callable[[], None], stdio: tuple[int, int] | None, env: dict[str, str]) -> None:
         """The forked child: never returns."""
         code = 1
         try:
@@ -81,6 +91,9 @@ class ForkedProcess:
             die_with_parent()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
+            if stdio is not None:
+                redirect_stdio(stdio)
+            os.environ.update(env)
             line_buffered_stdio()
             main()
             code = 0
@@ -127,12 +140,16 @@ class ForkedProcess:
 
 class Child:
     """One named child of `zrl run` (the learner, an actor, the agent server) across its
-    restarts: its command line, its current process, and its restart bookkeeping."""
+    restarts: its command line, its current process, and its restart bookkeeping. stdio: the
+    fds its stdout and stderr go to (default: this process's own); env: variables added to
+    its environment."""
 
-    def __init__(self, name: str, argv: list[str], fork: bool):
+    def __init__(self, name: str, argv: list[str], fork: bool, stdio: tuple[int, int] | None = None, env: dict[str, str] | None = None):
         self.name = name
         self.argv = argv  # [python, -m, zrl, COMMAND, ...]
         self.fork = fork
+        self.stdio = stdio
+        self.env = env or {}
         self.proc: subprocess.Popen | ForkedProcess | None = None
         self.restarts = 0
         self.restart_at: float | None = None
@@ -142,9 +159,11 @@ class Child:
 
     def start(self) -> None:
         if self.fork:
-            self.proc = ForkedProcess(self.argv[2], self.argv[3:])
+            self.proc = ForkedProcess(self.argv[2], self.argv[3:], self.stdio, self.env)
         else:
-            self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=die_with_parent)
+            out, err = self.stdio or (None, None)
+            self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=die_with_parent, stdout=out, stderr=err,
+                                         env={**os.environ, **self.env} if self.env else None)
         if self.on_start is not None:
             try:
                 self.on_start()

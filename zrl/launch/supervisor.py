@@ -7,9 +7,14 @@ cap), stops every child when the learner exits or on Ctrl-C, and writes LOGDIR/s
 A first SIGINT or SIGTERM asks the learner to checkpoint and exit and stops the actors; a
 second kills them all. The run fails (and stops) once the actors cannot feed the learner:
 see actors_failed.
+
+The learner's progress records (LOGDIR/progress.jsonl) go to `on_progress` (zrl.train's
+callback) and, when stdout is a terminal, to a live status line; the children's output then
+goes through this process (zrl.launch.relay) so that it prints above that line.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,13 +25,20 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from zrl.config import Config, ConfigError
 from zrl.launch import rundir
+from zrl.launch.banner import banner
+from zrl.launch.live import LiveLine, is_terminal, live_line
 from zrl.launch.options import RunOptions
 from zrl.launch.processes import Child, reap
+from zrl.launch.progress_tail import ProgressTail
+from zrl.launch.relay import OutputRelay
 from zrl.launch.roles import EXIT_CONFIG, EXIT_REFUSED
+from zrl.launch.status import status_text
 from zrl.launch.summary import summarise
+from zrl.metrics import PROGRESS_FILE, PROGRESS_LINES_ENV
 
 # How long `zrl run`, leaving on an error of its own, waits for the learner to save and exit.
 LEARNER_STOP_S = 120.0
@@ -42,11 +54,16 @@ def run_local(cfg: Config, opts: RunOptions) -> int:
 
 class Supervisor:
     """One `zrl run`: its children and what it has asked of them. A signal handler and the
-    supervising loop share this state, in the main thread."""
+    supervising loop share this state, in the main thread. on_progress(record) gets each
+    progress record; returning False stops the run as a first Ctrl-C does."""
 
-    def __init__(self, cfg: Config, opts: RunOptions):
+    def __init__(self, cfg: Config, opts: RunOptions, on_progress: Callable[[dict], object] | None = None):
         self.cfg = cfg
         self.opts = opts
+        self.on_progress = on_progress
+        self.tail: ProgressTail | None = None
+        self.relay: OutputRelay | None = None  # the children's output, when it goes through this process
+        self.live: LiveLine | None = None  # the status line, on a terminal
         self.logdir = Path(opts.logdir)
         self.final_path = self.logdir / "learner_final.json"
         self.tmpdir = ""  # private to this run: the default ipc:// endpoint, the ready file
@@ -59,6 +76,7 @@ class Supervisor:
         self.asked_learner = False  # sent it its SIGINT (once: a second one costs its checkpoint)
         self.forced = False  # a second signal killed every child
         self.failure: tuple[int, str] | None = None  # (exit code, stop reason) when the actors made the run fail
+        self.callback_stop = False  # on_progress returned False
         self.resumed_env_steps = 0  # the env steps of the checkpoint a --resume starts from
 
     @property
@@ -69,18 +87,36 @@ class Supervisor:
         if not self._ready_logdir():
             return 2
         self.final_path.unlink(missing_ok=True)
+        self.tail = ProgressTail(self.logdir / PROGRESS_FILE)
         self.tmpdir = tempfile.mkdtemp(prefix="zrl-run-")
-        self._make_children()
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        self._print_banner()
-        try:
-            if not self._start():
-                return 130
-            self._supervise()
-            t_end = time.time()
-        finally:
-            self._shut_down(old)
+        with contextlib.ExitStack() as console:
+            self._open_console(console)
+            self._make_children()
+            old = self._install_signal_handlers()
+            print(banner(self.cfg, self.opts.num_actors, self.logdir), flush=True)
+            try:
+                if not self._start():
+                    return 130
+                self._supervise()
+                t_end = time.time()
+            finally:
+                self._shut_down(old)
         return self._finish(t_end)
+
+    def _open_console(self, stack: contextlib.ExitStack) -> None:
+        """The live status line (stdout a terminal) and the relay of the children's output,
+        closed by `stack` once the children have exited."""
+        if not (self.opts.relay if self.opts.relay is not None else is_terminal(sys.stdout)):
+            return
+        if is_terminal(sys.stdout):
+            self.live = stack.enter_context(live_line())
+        self.relay = OutputRelay()
+        stack.callback(self.relay.close)
+
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # (zrl.train called from a thread) only the main thread may set them
+        return {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def _ready_logdir(self) -> bool:
         """Readies LOGDIR for this run; False, having said why, when it cannot be used. A resume
@@ -117,10 +153,13 @@ class Supervisor:
         self.bind = self.opts.bind or f"ipc://{self.tmpdir}/control"
         # With a wildcard port the actors can only be told the endpoint once the learner has bound it.
         self.ready_file = os.path.join(self.tmpdir, "ready.json") if "*" in self.bind else None
-        self.learner = Child("learner", self._learner_argv(), self.opts.fork)
+        stdio = self.relay.child_stdio if self.relay else None
+        # On a terminal the status line shows the learner's progress in place of its lines.
+        quiet = {PROGRESS_LINES_ENV: "0"} if self.live else None
+        self.learner = Child("learner", self._learner_argv(), self.opts.fork, stdio, quiet)
         run = self.cfg.run
         names = [f"actor {i}" for i in range(self.opts.num_actors)] + (["eval actor"] if run.eval_actor else []) + (["agent server"] if run.agent_server else [])
-        self.actors = [Child(name, self._actor_argv(i, name, self.bind), self.opts.fork) for i, name in enumerate(names)]
+        self.actors = [Child(name, self._actor_argv(i, name, self.bind), self.opts.fork, stdio) for i, name in enumerate(names)]
         for c in self.children:
             c.on_start = self._write_pids
 
@@ -159,11 +198,6 @@ class Supervisor:
         tmp = self.logdir / ".pids.json.tmp"
         tmp.write_text(json.dumps({c.name: c.proc.pid for c in self.children if c.proc is not None}, indent=1) + "\n")
         os.replace(tmp, self.logdir / "pids.json")
-
-    def _print_banner(self) -> None:
-        cfg = self.cfg
-        extra = (" + a greedy evaluation actor" if cfg.run.eval_actor else "") + (f" + an agent server on {cfg.server.bind}" if cfg.run.agent_server else "")
-        print(f"[zrl run] learner + {self.opts.num_actors} actors{extra} on {cfg.env.id} ({cfg.algo.name}); logdir {self.logdir}", flush=True)
 
     def _on_signal(self, signum, frame) -> None:
         self.signals += 1
@@ -220,13 +254,32 @@ class Supervisor:
             if os.path.exists(self.ready_file):
                 with open(self.ready_file) as f:
                     return json.load(f)["control"]
-            wait_for_exit(self.learner, 0.05)
+            self._wait(0.05)
         return None
+
+    def _wait(self, timeout: float) -> None:
+        """Up to `timeout` seconds for the learner to exit (or the children to print), then
+        passes on the progress records that came."""
+        if self.relay is not None:
+            self.relay.pump(timeout)
+        else:
+            wait_for_exit(self.learner, timeout)
+        self._poll_progress()
+
+    def _poll_progress(self) -> None:
+        if self.live is None and self.on_progress is None:
+            return  # nobody reads them
+        for record in self.tail.read():
+            if self.live is not None:
+                self.live.set(status_text(record, self.opts))
+            if self.on_progress is not None and self.on_progress(record) is False and not self.stopping.is_set():
+                self.callback_stop = True
+                self._stop_all("[zrl run] stopping: the progress callback asked to stop")
 
     def _supervise(self) -> None:
         """Until the learner exits: restarts the actors that die, and stops the run once they cannot feed it."""
         while self.learner.alive():
-            wait_for_exit(self.learner, 0.1)
+            self._wait(0.1)
             if self.stopping.is_set():
                 continue
             now = time.monotonic()
@@ -235,6 +288,7 @@ class Supervisor:
             self.failure = actors_failed(self.actors)
             if self.failure is not None:
                 self._stop_all(f"[zrl run] stopping: {self.failure[1]}")
+        self._poll_progress()  # the learner's last record, written as it stopped
 
     def _shut_down(self, old_handlers: dict) -> None:
         for a in self.actors:
@@ -242,17 +296,28 @@ class Supervisor:
         if self.learner.alive() and not self.forced:
             # Leaving on an error (not a signal, not the learner's own end): it still saves first.
             self._ask_learner()
-            reap([self.learner], timeout=LEARNER_STOP_S)
-        reap(self.children, timeout=CHILDREN_STOP_S)
+            self._reap([self.learner], LEARNER_STOP_S)
+        self._reap(self.children, CHILDREN_STOP_S)
         for s, h in old_handlers.items():
             signal.signal(s, h)
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
+    def _reap(self, children: list[Child], timeout: float) -> None:
+        """processes.reap, printing the children's output meanwhile when it comes through here
+        (a child blocked on a full pipe would not exit)."""
+        if self.relay is not None:
+            deadline = time.monotonic() + timeout
+            while any(c.alive() for c in children) and time.monotonic() < deadline:
+                self.relay.pump(0.05)
+            timeout = 0.0
+        reap(children, timeout)
+
     def _finish(self, t_end: float) -> int:
         """Writes summary.json; the run's exit code."""
         crashed = any(a.restarts or a.restart_at is not None or a.gave_up is not None for a in self.actors)
+        reason = self.failure[1] if self.failure else "stopped by the progress callback" if self.callback_stop else None
         code = summarise(self.final_path, self.logdir, self.opts, t_end, self.learner.proc.returncode,
-                         stop_reason=self.failure and self.failure[1], actors_crashed=crashed, resumed_env_steps=self.resumed_env_steps)
+                         stop_reason=reason, actors_crashed=crashed, resumed_env_steps=self.resumed_env_steps)
         return self.failure[0] if self.failure else 130 if self.forced else code
 
 

@@ -286,7 +286,8 @@ class TrainingLog:
 
     def __init__(self, learner: Learner, metrics: MetricsWriter, t_start: float):
         self.learner = learner
-        self.report = Report(learner.progress, metrics, learner.source.fill, learner.control_endpoint)
+        self.report = Report(learner.progress, metrics, learner.source.fill, learner.control_endpoint, learner.algo.optimizer)
+        self.report.hyperparameters(learner.config.to_dict())
         self.t_start = t_start
         self.interval = learner.config.learner.log_interval_s
         self.last_log = self.last_wait_log = time.perf_counter()
@@ -322,6 +323,7 @@ class TrainingLog:
         now = time.perf_counter()
         if now > self.last_log:
             self.log(now)
+        self.report.final_return()
         return reason
 
 

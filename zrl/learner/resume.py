@@ -6,7 +6,8 @@
 starts (`zrl run --resume`, so that a refused resume writes nothing);
 `restore` puts it into a freshly set-up algorithm and the run's progress;
 `Checkpoints.save` writes one, and refuses to write one whose config does not
-describe its weights. A fresh run moves an earlier run's checkpoints aside
+describe its weights; the one saved with the highest mean return so far is
+also kept as checkpoints/best.pt. A fresh run moves an earlier run's checkpoints aside
 before its first save, so `--resume`, `zrl eval` and `zrl serve` never pick up
 another run's weights.
 """
@@ -102,7 +103,8 @@ def restore(resume: ResumeState, algo: Algorithm, progress: Progress, say: Calla
 
 
 class Checkpoints:
-    """Saves the learner's state into `ckdir`, keeping `learner.keep_checkpoints`."""
+    """Saves the learner's state into `ckdir`, keeping the newest `learner.keep_checkpoints`
+    and, as best.pt, the one saved with the highest mean return."""
 
     def __init__(self, config: Config, ckdir: Path | None, resumed: bool, say: Callable[[str], None]):
         self.config = config
@@ -110,6 +112,8 @@ class Checkpoints:
         self.resumed = resumed
         self.say = say
         self._claimed = False  # a fresh run moves an earlier run's checkpoints aside before its first save
+        self._best: float | None = None  # the mean return best.pt was saved with
+        self._best_read = not resumed  # a resumed run's best.pt is read at its first save
         self._expected_shapes: dict[str, dict[str, tuple]] = {}  # {model hash: the weights' shapes a fresh build has}
 
     def save(self, algo: Algorithm, progress: Progress, specs: tuple[spaces.Spec, spaces.Spec], train_seconds: float) -> Path | None:
@@ -132,9 +136,23 @@ class Checkpoints:
             "action_spec": act,
             **algo.checkpoint_state(),
             "counters": counters,
+            "mean_return": progress.mean_return(),  # what best.pt is chosen by
         }
         self._check_describes(algo, specs, state)
-        return checkpoint.save(self.ckdir, counters["updates"], state, self.config.learner.keep_checkpoints)
+        path = checkpoint.save(self.ckdir, counters["updates"], state, self.config.learner.keep_checkpoints)
+        self._keep_if_best(path, state["mean_return"])
+        return path
+
+    def _keep_if_best(self, path: Path, mean_return: float | None) -> None:
+        """Makes `path` best.pt if its mean return beats every earlier save's (a resumed run's
+        best.pt from before the resume included)."""
+        if mean_return is None:
+            return  # no episode has ended yet
+        if not self._best_read:
+            self._best, self._best_read = checkpoint.best_return(self.ckdir), True
+        if self._best is None or mean_return > self._best:
+            checkpoint.mark_best(path)
+            self._best = mean_return
 
     def _check_describes(self, algo: Algorithm, specs: tuple[spaces.Spec, spaces.Spec], state: dict[str, Any]) -> None:
         """Refuses (CheckpointError) to write a checkpoint whose config, specs and weights do not

@@ -161,14 +161,7 @@ class AgentServer:
         log.info(text)
 
     def _load_checkpoint(self, path: str) -> None:
-        p = Path(path)
-        if p.is_dir():
-            found = checkpoint.load_latest(p / "checkpoints") or checkpoint.load_latest(p)
-            if not found:
-                raise ValueError(f"no checkpoint in {p}")
-            p, state = found
-        else:
-            state = checkpoint.load(p)
+        p, state = checkpoint.find(Path(path))  # (a file, or a logdir's newest)
         obs, act = self.obs_spec.to_json(), self.action_spec.to_json()
         checkpoint.check_compatible(p, state, self.config.model_hash(obs, act), self.config.model_shaping(obs, act))
         self.model.load_state_dict(state["model"])

@@ -40,7 +40,7 @@ from zrl.models import ActorCritic, build_actor_critic
 # The env steps one gradient may claim: a rollout of T steps of at most this many envs. A
 # claim beyond any actor's envs is a bad message, not a count to add.
 MAX_ENVS_PER_ROLLOUT = 1 << 16
-LOSS_TERMS = ("loss/policy", "loss/value", "loss/entropy")  # the message's `loss`, in this order
+LOSS_TERMS = ("loss/policy", "loss/value", "policy/entropy")  # the message's `loss`, in this order
 
 
 def check_actor_precision(config: Config) -> None:
@@ -229,7 +229,7 @@ class A3C(Algorithm):
         value_loss = 0.5 * (returns - values_t).pow(2).mean()
         entropy = head.entropy(params_t).mean()
         loss = pg_loss + hp.value_cost * value_loss - hp.entropy_cost * entropy
-        return loss, {"loss/policy": pg_loss.detach(), "loss/value": value_loss.detach(), "loss/entropy": entropy.detach()}
+        return loss, {"loss/policy": pg_loss.detach(), "loss/value": value_loss.detach(), "policy/entropy": entropy.detach()}
 
     def rewards_and_discounts(self, rollout: dict[str, torch.Tensor], final_values: torch.Tensor | None):
         """Rewards (scaled) and discounts [T, K]: an episode's last step gets discount 0; a

@@ -31,6 +31,7 @@ from zrl.algorithms.base import Algorithm, Policy, Recorder
 from zrl.config import Config
 from zrl.envs import Step
 from zrl.models import QNetwork
+from zrl.models.deterministic import GreedyQ
 from zrl.replay import PrioritizedReplay
 
 log = logging.getLogger("zrl.learner")
@@ -260,6 +261,9 @@ class ApexDQN(Algorithm):
     def make_eval_policy(self, model: QNetwork, greedy: bool = True) -> Policy:
         # Greedy, or the paper's evaluation epsilon of 0.001.
         return ApexPolicy(model, 0.0 if greedy else 0.001, self.action_spec.n, seed=12345)
+
+    def deterministic_policy(self, model: QNetwork) -> torch.nn.Module:
+        return GreedyQ(model)
 
     # -- learner: replay
     def env_steps(self, msg: wire.Message, bindings: dict[str, int]) -> int:

@@ -71,7 +71,7 @@ class APPO(Impala):
         stats = {
             "loss/policy": pg_loss.detach(),
             "loss/baseline": baseline_loss.detach(),
-            "loss/entropy": entropy.detach(),
+            "policy/entropy": entropy.detach(),
             "vtrace/mean_rho": is_ratio.mean(),
             "vtrace/mean_vs": vt.vs.mean(),
             "appo/clip_frac": ((ratio.detach() - 1).abs() > hp.clip_range).float().mean(),

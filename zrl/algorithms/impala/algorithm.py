@@ -351,7 +351,7 @@ class Impala(Algorithm):
         stats = {
             "loss/policy": pg_loss.detach(),
             "loss/baseline": baseline_loss.detach(),
-            "loss/entropy": entropy.detach(),
+            "policy/entropy": entropy.detach(),
             "vtrace/mean_rho": log_rhos.exp().mean(),
             "vtrace/mean_vs": vt.vs.mean(),
         }

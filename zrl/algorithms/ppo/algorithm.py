@@ -161,7 +161,7 @@ class PPO(Impala):
             stats = {
                 "loss/policy": pg_loss.detach(),
                 "loss/value": value_loss.detach(),
-                "loss/entropy": entropy.detach(),
+                "policy/entropy": entropy.detach(),
                 "ppo/approx_kl": ((ratio - 1) - log_ratio).mean(),
                 "ppo/clip_frac": ((ratio - 1).abs() > clip).float().mean(),
             }

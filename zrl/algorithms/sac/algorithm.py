@@ -42,6 +42,7 @@ from zrl.algorithms.sac import SACConfig
 from zrl.algorithms.sac.networks import SquashedGaussianPolicy, TwinQ
 from zrl.config import Config
 from zrl.models import flatten_parameters
+from zrl.models.deterministic import SquashedMean
 from zrl.replay import UniformReplay
 
 
@@ -158,6 +159,9 @@ class SAC(Algorithm):
     def make_eval_policy(self, model: SquashedGaussianPolicy, greedy: bool = True) -> Policy:
         return SACEvalPolicy(model, greedy)
 
+    def deterministic_policy(self, model: SquashedGaussianPolicy) -> torch.nn.Module:
+        return SquashedMean(model)
+
     # -- learner: state
     def setup(self, device: torch.device, env_steps: int = 0) -> None:
         """The policy (`model`, published), the twin critics and their targets, log alpha, and
@@ -272,7 +276,7 @@ class SAC(Algorithm):
             "loss/actor": actor_loss.detach(),
             "loss/alpha": alpha_loss.detach(),
             "alpha": alpha,
-            "entropy": -logp_pi.detach().mean(),
+            "policy/entropy": -logp_pi.detach().mean(),  # (an estimate: -mean log pi of the sampled actions)
             "q/mean": (0.5 * (q1 + q2)).detach().mean(),
         })
         return stats
