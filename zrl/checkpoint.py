@@ -100,6 +100,8 @@ def mark_best(saved: Path) -> Path:
             os.link(saved, tmp)
         except OSError:
             shutil.copyfile(saved, tmp)
+            with open(tmp, "rb") as f:  # (durable before the rename, as the checkpoint itself is)
+                os.fsync(f.fileno())
         os.replace(tmp, best)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -68,6 +68,7 @@ def train(config: str | Path, *, logdir: str | Path | None = None, seed: int | N
     path = resolve_config_path(config)
     flags = {"run.seed": seed, "run.max_seconds": max_seconds, "run.max_env_steps": max_env_steps, "run.stop_at_return": stop_at_return}
     cfg = load_config(path, [*overrides, *(f"{key}={value!r}" for key, value in flags.items() if value is not None)])
+    _check_something_feeds_the_learner(cfg)  # (before a run directory is made)
     run_dir = Path(logdir) if logdir is not None else rundir.new_run_dir(rundir.runs_root(cfg, str(path)))
     guard = _Callback(callback)
     supervisor = Supervisor(cfg, _options(cfg, run_dir), on_progress=guard)
@@ -79,10 +80,13 @@ def train(config: str | Path, *, logdir: str | Path | None = None, seed: int | N
     return RunResult(_summary(run_dir, code), run_dir, code, interrupted=supervisor.signals > 0)
 
 
+def _check_something_feeds_the_learner(cfg: Config) -> None:
+    if cfg.run.num_actors == 0 and not cfg.run.agent_server:
+        raise ConfigError("nothing would feed the learner: run.num_actors is 0 and run.agent_server is false")
+
+
 def _options(cfg: Config, run_dir: Path) -> RunOptions:
     run = cfg.run
-    if run.num_actors == 0 and not run.agent_server:
-        raise ConfigError("nothing would feed the learner: run.num_actors is 0 and run.agent_server is false")
     # The children's output comes through this process: a notebook's cell shows it.
     return RunOptions(num_actors=run.num_actors, seed=run.seed, logdir=str(run_dir), stop_at_return=run.stop_at_return,
                       max_seconds=run.max_seconds, max_env_steps=run.max_env_steps, fork=_can_fork(), relay=True)

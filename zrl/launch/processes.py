@@ -162,8 +162,10 @@ class Child:
             self.proc = ForkedProcess(self.argv[2], self.argv[3:], self.stdio, self.env)
         else:
             out, err = self.stdio or (None, None)
+            relayed = {"ZRL_LINE_BUFFERED": "1"} if self.stdio is not None else {}  # (one write per line into the relay)
+            env = {**self.env, **relayed}
             self.proc = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=die_with_parent, stdout=out, stderr=err,
-                                         env={**os.environ, **self.env} if self.env else None)
+                                         env={**os.environ, **env} if env else None)
         if self.on_start is not None:
             try:
                 self.on_start()

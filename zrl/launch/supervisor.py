@@ -92,9 +92,10 @@ class Supervisor:
         with contextlib.ExitStack() as console:
             self._open_console(console)
             self._make_children()
-            old = self._install_signal_handlers()
-            print(banner(self.cfg, self.opts.num_actors, self.logdir), flush=True)
+            old = {}
             try:
+                old = self._install_signal_handlers()
+                print(banner(self.cfg, self.opts.num_actors, self.logdir), flush=True)
                 if not self._start():
                     return 130
                 self._supervise()
