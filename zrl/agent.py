@@ -8,10 +8,8 @@ docs/API.md describes what an agent takes and gives.
 """
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -35,37 +33,9 @@ class Restored:
     model: torch.nn.Module
 
 
-def checkpoint_folder(p: Path) -> Path:
-    """Where a folder's checkpoints are: in LOGDIR/checkpoints, in the folder itself, or, for a
-    folder of runs (run.logdir, whose runs are named by their start time), in its newest run's."""
-    if (p / "checkpoints").is_dir():
-        return p / "checkpoints"
-    if checkpoint.list_checkpoints(p):
-        return p
-    runs = sorted(d for d in p.iterdir() if (d / "checkpoints").is_dir())
-    return runs[-1] / "checkpoints" if runs else p
-
-
-def find_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """(file, loaded state) of a checkpoint file, or of the newest checkpoint in a folder
-    (`checkpoint_folder`)."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such file or folder (give a run's logdir, a checkpoints folder, a .pt file or a folder of runs)")
-    if p.is_file():
-        if not zipfile.is_zipfile(p):  # (torch.load's own error on other files says little)
-            raise CheckpointError(f"{p}: not a zrl checkpoint (those are torch .pt files, as runs write in LOGDIR/checkpoints)")
-        return p, checkpoint.load(p)
-    folder = checkpoint_folder(p)
-    found = checkpoint.load_latest(folder)
-    if found is None:
-        raise CheckpointError(f"{p}: no checkpoint in it (looked for ckpt-*.pt files that load in {folder})")
-    return found
-
-
 def restore(path: str | Path) -> Restored:
     """The model a checkpoint holds, rebuilt from its config and specs, its weights loaded."""
-    p, state = find_checkpoint(path)
+    p, state = checkpoint.find(path)
     if "obs_spec" not in state or "action_spec" not in state:
         raise CheckpointError(f"{p}: it names no observation and action specs, so its model cannot be rebuilt")
     cfg = config_from_dict(state["config"], source=str(p))

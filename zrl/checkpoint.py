@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -224,20 +225,37 @@ def load_latest(ckdir: Path) -> tuple[Path, dict[str, Any]] | None:
     return None
 
 
-def find(path: Path, best: bool = False) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint a command was pointed at: a file as is; a logdir (or a checkpoints
-    directory) gives its newest checkpoint, or with `best` its best.pt. CheckpointError if none."""
+def checkpoint_folder(p: Path) -> Path:
+    """Where a folder's checkpoints are: in LOGDIR/checkpoints, in the folder itself, or, for a
+    folder of runs (run.logdir, whose runs are named by their start time), in its newest run's."""
+    if (p / "checkpoints").is_dir():
+        return p / "checkpoints"
+    if list_checkpoints(p) or best_path(p).is_file():
+        return p
+    runs = sorted(d for d in p.iterdir() if (d / "checkpoints").is_dir())
+    return runs[-1] / "checkpoints" if runs else p
+
+
+def find(path: str | Path, best: bool = False) -> tuple[Path, dict[str, Any]]:
+    """(file, loaded state) of the checkpoint a command was pointed at: a file as is; a logdir,
+    a checkpoints folder or a folder of runs (`checkpoint_folder`) gives its newest checkpoint,
+    or with `best` its best.pt. FileNotFoundError or CheckpointError, saying what to give."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder (give a run's logdir, a checkpoints folder, a .pt file or a folder of runs)")
     if not path.is_dir():
         if best:
             raise CheckpointError(f"{path} is a file: --best picks the best checkpoint of a logdir")
+        if not zipfile.is_zipfile(path):  # (torch.load's own error on other files says little)
+            raise CheckpointError(f"{path}: not a zrl checkpoint (those are torch .pt files, as runs write in LOGDIR/checkpoints)")
         return path, load(path)
+    folder = checkpoint_folder(path)
     if best:
-        for candidate in (best_path(path / "checkpoints"), best_path(path)):
-            if candidate.is_file():
-                return candidate, load(candidate)
+        if best_path(folder).is_file():
+            return best_path(folder), load(best_path(folder))
         raise CheckpointError(f"no best checkpoint ({BEST_NAME}) in {path}: one is written with the first checkpoint "
                               "saved after an episode has ended")
-    found = load_latest(path / "checkpoints") or load_latest(path)
+    found = load_latest(folder)
     if found is None:
-        raise CheckpointError(f"no checkpoint found in {path}")
+        raise CheckpointError(f"{path}: no checkpoint in it (looked for ckpt-*.pt files that load in {folder})")
     return found
