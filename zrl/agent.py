@@ -33,9 +33,10 @@ class Restored:
     model: torch.nn.Module
 
 
-def restore(path: str | Path) -> Restored:
-    """The model a checkpoint holds, rebuilt from its config and specs, its weights loaded."""
-    p, state = checkpoint.find(path)
+def restore(path: str | Path, best: bool = False) -> Restored:
+    """The model a checkpoint holds (checkpoint.find: with `best`, a logdir's best.pt), rebuilt
+    from its config and specs, its weights loaded."""
+    p, state = checkpoint.find(path, best)
     if "obs_spec" not in state or "action_spec" not in state:
         raise CheckpointError(f"{p}: it names no observation and action specs, so its model cannot be rebuilt")
     cfg = config_from_dict(state["config"], source=str(p))
@@ -45,7 +46,8 @@ def restore(path: str | Path) -> Restored:
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:  # (torch lists every tensor that does not fit)
-        raise CheckpointError(f"{p}: its weights do not fit the model its config describes: {str(e).splitlines()[0]}") from None
+        raise CheckpointError(f"{p}: its weights do not fit the model its config describes "
+                              f"(model: {cfg.to_dict()['model']}): {str(e).splitlines()[0]}") from None
     model.eval().requires_grad_(False)
     return Restored(p, cfg, algo, model)
 

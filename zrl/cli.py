@@ -154,11 +154,12 @@ def _open_run(command: str, config_path, overrides, flags: dict, logdir, resume:
 
 
 def _something_feeds_the_learner(cfg) -> None:
-    """`zrl run` with no actors and no agent server would only wait for its time limit."""
-    if cfg.run.num_actors == 0 and not cfg.run.agent_server:
-        raise ConfigProblem("nothing would feed the learner: run.num_actors is 0 (--actors 0) and run.agent_server is false. "
-                            "Give --actors N (N > 0), or -o run.agent_server=true to train on the clients of an agent server "
-                            "(as configs/cartpole_serve.yaml does)")
+    from zrl.launch.options import check_something_feeds_the_learner
+
+    try:
+        check_something_feeds_the_learner(cfg)
+    except ConfigError as e:
+        raise ConfigProblem(str(e)) from None
 
 
 class _PipeSafe:

@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from zrl import checkpoint, spaces, video
-from zrl.config import EnvConfig, config_from_dict
+from zrl.config import EnvConfig
 from zrl.envs import make_vector_env, probe_specs
-from zrl import algorithms
 from zrl.algorithms.base import ActorAlgo, NullRecorder
 
 
@@ -63,20 +62,12 @@ def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = Tru
     best.pt: the highest mean return when saved)."""
     if video_dir is not None:
         video.require_writer()  # (before the checkpoint loads: the hint comes at once)
-    p, state = checkpoint.find(Path(path), best)
-    cfg = config_from_dict(state["config"], source=str(p))
-    specs = spaces.from_json(state["obs_spec"]), spaces.from_json(state["action_spec"])
-    check_env_fits(p, cfg, specs)
-    algo = algorithms.get(cfg.algo.name)(cfg, *specs)
-    model = algo.build_model()
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as e:  # (torch lists every tensor that does not fit)
-        raise checkpoint.CheckpointError(f"{p}: its weights do not fit the model its config describes "
-                                         f"(model: {cfg.to_dict()['model']}): {str(e).splitlines()[0]}") from None
-    model.eval()
-    result = evaluate(model, algo, cfg.env, episodes, greedy, seed, num_envs, video_dir)
-    result["checkpoint"] = str(p)
+    from zrl.agent import restore  # (the model rebuilt as zrl.load rebuilds it)
+
+    r = restore(path, best)
+    check_env_fits(r.path, r.config, (r.algo.obs_spec, r.algo.action_spec))
+    result = evaluate(r.model, r.algo, r.config.env, episodes, greedy, seed, num_envs, video_dir)
+    result["checkpoint"] = str(r.path)
     return result
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from zrl.config import Config, ConfigError, load_config, resolve_config_path
+from zrl.config import Config, load_config, resolve_config_path
 from zrl.launch import rundir
-from zrl.launch.options import RunOptions
+from zrl.launch.options import RunOptions, check_something_feeds_the_learner
 from zrl.launch.supervisor import Supervisor
 
 
@@ -68,7 +68,7 @@ def train(config: str | Path, *, logdir: str | Path | None = None, seed: int | N
     path = resolve_config_path(config)
     flags = {"run.seed": seed, "run.max_seconds": max_seconds, "run.max_env_steps": max_env_steps, "run.stop_at_return": stop_at_return}
     cfg = load_config(path, [*overrides, *(f"{key}={value!r}" for key, value in flags.items() if value is not None)])
-    _check_something_feeds_the_learner(cfg)  # (before a run directory is made)
+    check_something_feeds_the_learner(cfg)  # (before a run directory is made)
     run_dir = Path(logdir) if logdir is not None else rundir.new_run_dir(rundir.runs_root(cfg, str(path)))
     guard = _Callback(callback)
     supervisor = Supervisor(cfg, _options(cfg, run_dir), on_progress=guard)
@@ -78,11 +78,6 @@ def train(config: str | Path, *, logdir: str | Path | None = None, seed: int | N
     if supervisor.forced:
         raise KeyboardInterrupt
     return RunResult(_summary(run_dir, code), run_dir, code, interrupted=supervisor.signals > 0)
-
-
-def _check_something_feeds_the_learner(cfg: Config) -> None:
-    if cfg.run.num_actors == 0 and not cfg.run.agent_server:
-        raise ConfigError("nothing would feed the learner: run.num_actors is 0 and run.agent_server is false")
 
 
 def _options(cfg: Config, run_dir: Path) -> RunOptions:

@@ -25,7 +25,7 @@ from zrl.protocol.frame import (
     WireError,
 )
 from zrl.protocol.gate import RECV_COPY_BELOW, Gate
-from zrl.protocol.hello import HelloInvalid, read_hello, short, show
+from zrl.protocol.hello import BUSY, HelloInvalid, read_hello, short, show
 from zrl.protocol.layout import REUSE_BYTES, SEND_ZERO_COPY_FROM, Cut, Layout, OutMessage, encode
 from zrl.protocol.message import ArrayInfo, Message, decode
 from zrl.protocol.schema import Dim, Field, Mark, Schema, check_bounds, check_finite, check_marks
@@ -48,6 +48,7 @@ __all__ = [
     "RECV_COPY_BELOW",
     "REUSE_BYTES",
     "SEND_ZERO_COPY_FROM",
+    "BUSY",
     "ArrayInfo",
     "Cut",
     "Dim",

@@ -34,9 +34,6 @@ class HelloBusy(HelloError):
     once), not for a mismatch: say hello again later."""
 
 
-BUSY = "busy: "  # how the learner's text of such a refusal starts (zrl.learner.handshake)
-
-
 class LearnerFinished(Exception):
     pass
 
@@ -99,7 +96,7 @@ def _read_reply(frames: list, endpoint: str) -> HelloReply:
     msg = wire.decode(frames[0], allowed_kinds=frozenset({int(wire.Kind.HELLO_REPLY), int(wire.Kind.ERROR)}))
     if msg.kind == wire.Kind.ERROR:
         text = msg.text()
-        raise (HelloBusy if text.startswith(BUSY) else HelloError)(f"learner at {endpoint} refused hello: {text}")
+        raise (HelloBusy if text.startswith(wire.BUSY) else HelloError)(f"learner at {endpoint} refused hello: {text}")
     weights = wire.decode(frames[1], allowed_kinds=frozenset({int(wire.Kind.WEIGHTS)})) if len(frames) > 1 else None
     return HelloReply(msg.json(), weights)
 

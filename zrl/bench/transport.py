@@ -230,31 +230,36 @@ def _receiver_main(conn) -> None:
             for _ in range(n - 1):
                 recv(copy=False)
             return perf() - t0
-        # What the learner's receiver runs: bursts of up to 64 through its wire.Gate.
-        sock, drain = state["socks"][mode], state["gate"].drain
-        wait_ms = int(REPLY_TIMEOUT_S * 1000)
-        first = drain(sock, 1, wait_ms)
-        if len(first) != 1 or isinstance(first[0], Exception) or first[0][0].nbytes != state["frame_bytes"]:
-            raise RuntimeError(f"zrl frame not accepted or of the wrong size: {first}")
-        t0 = perf()
-        got, rejected = 1, 0
-        while got < n:
-            burst = drain(sock, min(64, n - got), wait_ms)
-            if not burst:
-                raise RuntimeError(f"no message for {REPLY_TIMEOUT_S:.0f}s after {got} of {n}")
-            for checked in burst:
-                got += 1
-                rejected += isinstance(checked, Exception)
-            # Nothing kept once checked, as raw's loop keeps no frame: the messages of this
-            # burst must not stay alive through the next one's wait (bench/TRANSPORT.md).
-            del burst, checked
-        dt = perf() - t0
-        if rejected:
-            raise RuntimeError(f"the gate rejected {rejected} of {n} zrl frames")
-        return dt
+        return _gate_window(state["socks"][mode], state["gate"], n, state["frame_bytes"])
 
     _serve(conn, {"setup": setup, "window": window, "teardown": teardown, "cpu": _thread_cpu},
            lambda: (teardown(), ctx.term()))
+
+
+def _gate_window(sock, gate: wire.Gate, n: int, frame_bytes: int) -> float:
+    """What the learner's receiver runs: n messages in bursts of up to 64 through its
+    wire.Gate; returns seconds from the first to the last."""
+    perf, drain = time.perf_counter, gate.drain
+    wait_ms = int(REPLY_TIMEOUT_S * 1000)
+    first = drain(sock, 1, wait_ms)
+    if len(first) != 1 or isinstance(first[0], Exception) or first[0][0].nbytes != frame_bytes:
+        raise RuntimeError(f"zrl frame not accepted or of the wrong size: {first}")
+    t0 = perf()
+    got, rejected = 1, 0
+    while got < n:
+        burst = drain(sock, min(64, n - got), wait_ms)
+        if not burst:
+            raise RuntimeError(f"no message for {REPLY_TIMEOUT_S:.0f}s after {got} of {n}")
+        for checked in burst:
+            got += 1
+            rejected += isinstance(checked, Exception)
+        # Nothing kept once checked, as raw's loop keeps no frame: the messages of this
+        # burst must not stay alive through the next one's wait (bench/TRANSPORT.md).
+        del burst, checked
+    dt = perf() - t0
+    if rejected:
+        raise RuntimeError(f"the gate rejected {rejected} of {n} zrl frames")
+    return dt
 
 
 def _sender_main(conn) -> None:
@@ -408,6 +413,85 @@ def _measure(receiver: _Worker, sender: _Worker, frame_bytes: int, rounds: int, 
     return rates, cpu_us, threads, n
 
 
+def _add_row(result: BenchResult, samples: dict, below: list, transport: str, chunk: Chunk, frame_bytes: int,
+             rates: dict, cpu_us: dict, threads: dict, sizes) -> None:
+    """One (transport, chunk) row of the table, its windows in `samples`, and a note in `below`
+    when under the target."""
+    zrl, raw = statistics.median(rates["zrl"]), statistics.median(rates["raw"])
+    zrl_cpu, raw_cpu = statistics.median(cpu_us["zrl"]), statistics.median(cpu_us["raw"])
+    lo, hi = ratio_interval(rates["zrl"], rates["raw"])
+    if zrl < TARGET_RATIO * raw:
+        below.append(f"{transport}/{chunk.name} {zrl / raw:.3f} (95% CI {lo:.2f}-{hi:.2f}"
+                     + (", wholly below)" if hi < TARGET_RATIO else ")"))
+    fresh = statistics.median(rates[FRESH]) if FRESH in rates else None
+    medians = {m: {k: statistics.median(v) for k, v in parts.items()} for m, parts in threads.items()}
+    extra_cpu = ", ".join(f"{medians['zrl'][k] - medians['raw'][k]:+.2f}" for k in PARTS)
+    result.add(
+        transport=transport,
+        chunk=chunk.name,
+        **{
+            "bytes/msg": frame_bytes,
+            "zrl msg/s": zrl,
+            "raw msg/s": raw,
+            "zrl GB/s": zrl * frame_bytes / 1e9,
+            "raw GB/s": raw * frame_bytes / 1e9,
+        },
+        ratio=zrl / raw,
+        **{"ratio 95% CI": f"{lo:.2f}-{hi:.2f}"},
+        **{"zrl CPU us/msg": zrl_cpu, "raw CPU us/msg": raw_cpu, "CPU ratio": raw_cpu / zrl_cpu,
+           BY_THREAD: extra_cpu},
+        **({"raw fresh msg/s": fresh, "ratio to fresh": zrl / fresh} if fresh else {"raw fresh msg/s": "-", "ratio to fresh": "-"}),
+    )
+    samples[f"{transport}/{chunk.name}"] = {
+        "msg_per_s": rates, "ratio_ci95": [lo, hi], "cpu_us_per_msg": cpu_us,
+        "by_thread_per_msg": medians, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
+    }
+
+
+def _method_notes(rounds: int, window_s: float, native_used: bool, native_note: str, chunks) -> list[str]:
+    """The notes that say how the table was measured."""
+    senders = ("one C++ call (header stamp + zmq_send): copied below 64 KiB, zero-copy from a C++-owned SendBuffer above"
+               if native_used else "OutMessage.finish + pyzmq send(copy=False) (C++ path unavailable: " + native_note + ")")
+    receivers = ("C++ waits for each burst's first message in a blocking receive (a message that was waited for is "
+                 "its burst alone), takes the burst from libzmq and runs the FrameGate on known layouts, without the "
+                 "GIL, then makes each vouched frame's wire.Message in C++, with no Python per message "
+                 f"({native_note})" if native_used
+                 else "pyzmq poll, recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
+    return [
+        f"Target: ratio (zrl msg/s / raw msg/s) >= {TARGET_RATIO}. Medians of {rounds} windows of ~{window_s} s per side, "
+        "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
+        "ratio 95% CI: a bootstrap interval of the ratio of medians (each side's windows resampled on their own, 2000 "
+        "times, seed 0): how far this run's noise leaves the ratio uncertain.",
+        "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
+        "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
+        "CPU is the limit, as it is with 4 busy threads on 2 cores.",
+        f"{BY_THREAD}: where zrl's CPU per message differs from raw's, by thread: the sender's (S) and the "
+        "receiver's (R) main thread, and each process's other threads (ZeroMQ's I/O thread; the rest are idle); "
+        "medians of the same windows, from /proc/self/task. The JSON has each thread's CPU and sleeps (voluntary "
+        "context switches) per message for every side.",
+        "zrl sender: the IMPALA recorder's end_chunk (M = 0 truncated rows): the actor's Sender.finish through its "
+        "transport.Pusher (" + senders + "), then the next chunk's bootstrap row obs[0] = obs[T], in the same frame "
+        "when it went out copied, else in a fresh one from the recorder's wire.Layout. Filling the T steps is the env "
+        "loop's work and is not counted.",
+        "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
+        "and the checks its gate makes: final_index's range and marks; finite floats and the action and flag ranges "
+        "are checked by the learner's batch join as it copies each element, the schema's at_join fields, so the receiver "
+        "reads only final_index and the truncation flags that its marks compare) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
+        "drops each frame.",
+        "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
+        "threshold), default copy below; recv(copy=False) only.",
+        "raw fresh (frames from 64 KiB up; informative, the target is against raw): raw, but each message from the next "
+        "of a ring of HWM + 2 payloads, so that its bytes are as cold in the caches as a new message's, as zrl's are: "
+        "ZeroMQ holds a frame until it is sent, so the recorder cycles through as many frames as the queue holds. "
+        "raw's one payload stays in the caches. ratio to fresh = zrl msg/s / raw fresh msg/s.",
+        "Sender and receiver are separate spawned processes; tcp://127.0.0.1 (port chosen by the OS) or ipc:// in a "
+        f"temporary directory; SNDHWM = RCVHWM = {HWM_BYTES >> 20} MiB of messages clamped to [8, 1000], identical for zrl and raw.",
+        "Chunks: " + "; ".join(f"{c.name}: {c.what}, obs {c.obs_dtype}[{c.T + 1}, {c.K}, {', '.join(map(str, c.obs_shape))}]" for c in chunks)
+        + "; every chunk also carries action int64, reward/behaviour_logp float32, terminated/truncated bool [T, K], "
+        "final_index int32[0], final_obs [0, *obs].",
+    ]
+
+
 def run(opts: BenchOptions) -> BenchResult:
     result = BenchResult(
         name="transport",
@@ -444,81 +528,14 @@ def run(opts: BenchOptions) -> BenchResult:
                     rates, cpu_us, threads, sizes = _measure(receiver, sender, frame_bytes, rounds, window_s, warmup_s)
                     sender.call("teardown")
                     receiver.call("teardown")
-                    zrl, raw = statistics.median(rates["zrl"]), statistics.median(rates["raw"])
-                    zrl_cpu, raw_cpu = statistics.median(cpu_us["zrl"]), statistics.median(cpu_us["raw"])
-                    lo, hi = ratio_interval(rates["zrl"], rates["raw"])
-                    if zrl < TARGET_RATIO * raw:
-                        below.append(f"{transport}/{chunk.name} {zrl / raw:.3f} (95% CI {lo:.2f}-{hi:.2f}"
-                                     + (", wholly below)" if hi < TARGET_RATIO else ")"))
-                    fresh = statistics.median(rates[FRESH]) if FRESH in rates else None
-                    medians = {m: {k: statistics.median(v) for k, v in parts.items()} for m, parts in threads.items()}
-                    extra_cpu = ", ".join(f"{medians['zrl'][k] - medians['raw'][k]:+.2f}" for k in PARTS)
-                    result.add(
-                        transport=transport,
-                        chunk=chunk.name,
-                        **{
-                            "bytes/msg": frame_bytes,
-                            "zrl msg/s": zrl,
-                            "raw msg/s": raw,
-                            "zrl GB/s": zrl * frame_bytes / 1e9,
-                            "raw GB/s": raw * frame_bytes / 1e9,
-                        },
-                        ratio=zrl / raw,
-                        **{"ratio 95% CI": f"{lo:.2f}-{hi:.2f}"},
-                        **{"zrl CPU us/msg": zrl_cpu, "raw CPU us/msg": raw_cpu, "CPU ratio": raw_cpu / zrl_cpu,
-                           BY_THREAD: extra_cpu},
-                        **({"raw fresh msg/s": fresh, "ratio to fresh": zrl / fresh} if fresh else {"raw fresh msg/s": "-", "ratio to fresh": "-"}),
-                    )
-                    samples[f"{transport}/{chunk.name}"] = {
-                        "msg_per_s": rates, "ratio_ci95": [lo, hi], "cpu_us_per_msg": cpu_us,
-                        "by_thread_per_msg": medians, "window_msgs": sizes, "hwm": _hwm(frame_bytes), "zrl_env_steps_per_s": zrl * chunk.T * chunk.K,
-                    }
+                    _add_row(result, samples, below, transport, chunk, frame_bytes, rates, cpu_us, threads, sizes)
     finally:
         for w in reversed(workers):
             w.stop()
     result.extra["windows"] = samples
     result.extra["native"] = native_note
-    senders = ("one C++ call (header stamp + zmq_send): copied below 64 KiB, zero-copy from a C++-owned SendBuffer above"
-               if native_used else "OutMessage.finish + pyzmq send(copy=False) (C++ path unavailable: " + native_note + ")")
-    receivers = ("C++ waits for each burst's first message in a blocking receive (a message that was waited for is "
-                 "its burst alone), takes the burst from libzmq and runs the FrameGate on known layouts, without the "
-                 "GIL, then makes each vouched frame's wire.Message in C++, with no Python per message "
-                 f"({native_note})" if native_used
-                 else "pyzmq poll, recv(copy=False) + Gate.check (C++ path unavailable: " + native_note + ")")
+    result.notes += _method_notes(rounds, window_s, native_used, native_note, chunks)
     steps = min(samples.items(), key=lambda kv: kv[1]["zrl_env_steps_per_s"])
-    result.notes += [
-        f"Target: ratio (zrl msg/s / raw msg/s) >= {TARGET_RATIO}. Medians of {rounds} windows of ~{window_s} s per side, "
-        "zrl and raw alternating (order flipped each round), after warm-up windows; timed at the receiver, first to last message.",
-        "ratio 95% CI: a bootstrap interval of the ratio of medians (each side's windows resampled on their own, 2000 "
-        "times, seed 0): how far this run's noise leaves the ratio uncertain.",
-        "CPU us/msg: the CPU time both processes (their ZeroMQ I/O threads included) used over a window, per message; "
-        "medians of the same windows. CPU ratio = raw / zrl: the share of raw's throughput zrl would keep where the "
-        "CPU is the limit, as it is with 4 busy threads on 2 cores.",
-        f"{BY_THREAD}: where zrl's CPU per message differs from raw's, by thread: the sender's (S) and the "
-        "receiver's (R) main thread, and each process's other threads (ZeroMQ's I/O thread; the rest are idle); "
-        "medians of the same windows, from /proc/self/task. The JSON has each thread's CPU and sleeps (voluntary "
-        "context switches) per message for every side.",
-        "zrl sender: the IMPALA recorder's end_chunk (M = 0 truncated rows): the actor's Sender.finish through its "
-        "transport.Pusher (" + senders + "), then the next chunk's bootstrap row obs[0] = obs[T], in the same frame "
-        "when it went out copied, else in a fresh one from the recorder's wire.Layout. Filling the T steps is the env "
-        "loop's work and is not counted.",
-        "zrl receiver: the learner's wire.Gate (TRAJECTORY/STATS allowed, cap learner.max_message_bytes, Impala's schema "
-        "and the checks its gate makes: final_index's range and marks; finite floats and the action and flag ranges "
-        "are checked by the learner's batch join as it copies each element, the schema's at_join fields, so the receiver "
-        "reads only final_index and the truncation flags that its marks compare) draining bursts of up to 64: " + receivers + "; each burst is dropped once checked, as raw "
-        "drops each frame.",
-        "raw: a preallocated bytes payload of the zrl frame's length, send(copy=False) from 64 KiB up (pyzmq's copy "
-        "threshold), default copy below; recv(copy=False) only.",
-        "raw fresh (frames from 64 KiB up; informative, the target is against raw): raw, but each message from the next "
-        "of a ring of HWM + 2 payloads, so that its bytes are as cold in the caches as a new message's, as zrl's are: "
-        "ZeroMQ holds a frame until it is sent, so the recorder cycles through as many frames as the queue holds. "
-        "raw's one payload stays in the caches. ratio to fresh = zrl msg/s / raw fresh msg/s.",
-        "Sender and receiver are separate spawned processes; tcp://127.0.0.1 (port chosen by the OS) or ipc:// in a "
-        f"temporary directory; SNDHWM = RCVHWM = {HWM_BYTES >> 20} MiB of messages clamped to [8, 1000], identical for zrl and raw.",
-        "Chunks: " + "; ".join(f"{c.name}: {c.what}, obs {c.obs_dtype}[{c.T + 1}, {c.K}, {', '.join(map(str, c.obs_shape))}]" for c in chunks)
-        + "; every chunk also carries action int64, reward/behaviour_logp float32, terminated/truncated bool [T, K], "
-        "final_index int32[0], final_obs [0, *obs].",
-    ]
     result.notes.append(
         f"A message carries T x K env steps; the fewest zrl carried here were {steps[1]['zrl_env_steps_per_s'] / 1e6:.2f} M env steps/s ({steps[0]})."
     )

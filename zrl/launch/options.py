@@ -6,6 +6,16 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from zrl.typed_config import ConfigError
+
+
+def check_something_feeds_the_learner(cfg) -> None:
+    """A run with no actors and no agent server would only wait for its time limit: ConfigError."""
+    if cfg.run.num_actors == 0 and not cfg.run.agent_server:
+        raise ConfigError("nothing would feed the learner: run.num_actors is 0 (--actors 0) and run.agent_server is false. "
+                          "Give --actors N (N > 0), or -o run.agent_server=true to train on the clients of an agent server "
+                          "(as configs/cartpole_serve.yaml does)")
+
 
 @dataclass
 class RunOptions:

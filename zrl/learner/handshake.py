@@ -21,7 +21,6 @@ from zrl.learner.progress import Progress
 from zrl.learner.senders import SenderRefused
 
 MAX_NUM_ENVS = 1 << 16
-BUSY = "busy: "  # a refusal that asks the peer to say hello again later (not a mismatch)
 
 
 class HelloRefused(Exception):
@@ -68,7 +67,7 @@ class Handshake:
             try:
                 sender_id, new = self.progress.senders.admit(claimed, role, slack_steps=self.slack_steps)
             except SenderRefused as e:
-                raise HelloRefused(BUSY + str(e), e.reason) from None
+                raise HelloRefused(wire.BUSY + str(e), e.reason) from None
         self._remember(identity, sender_id)
         version, weights = self.latest_frame()
         reply = {

@@ -10,6 +10,7 @@ from zrl.protocol.message import Message
 
 
 MAX_ERROR_CHARS = 600  # a refusal's text: enough to name a difference, never an echo of the hello
+BUSY = "busy: "  # how a refusal that asks the peer to say hello again later (not a mismatch) starts
 
 
 class HelloInvalid(ValueError):
