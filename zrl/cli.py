@@ -154,7 +154,7 @@ def _open_run(command: str, config_path, overrides, flags: dict, logdir, resume:
 
 
 def _something_feeds_the_learner(cfg) -> None:
-    from zrl.launch.options import check_something_feeds_the_learner
+    from zrl.launch.options import check_something_feeds_the_learner  # lazy: zrl.launch's package imports its process machinery
 
     try:
         check_something_feeds_the_learner(cfg)

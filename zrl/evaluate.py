@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from zrl import checkpoint, spaces, video
+from zrl.agent import restore
 from zrl.config import EnvConfig
 from zrl.envs import make_vector_env, probe_specs
 from zrl.algorithms.base import ActorAlgo, NullRecorder
@@ -62,8 +63,6 @@ def evaluate_checkpoint(path: str | Path, episodes: int = 10, greedy: bool = Tru
     best.pt: the highest mean return when saved)."""
     if video_dir is not None:
         video.require_writer()  # (before the checkpoint loads: the hint comes at once)
-    from zrl.agent import restore  # (the model rebuilt as zrl.load rebuilds it)
-
     r = restore(path, best)
     check_env_fits(r.path, r.config, (r.algo.obs_spec, r.algo.action_spec))
     result = evaluate(r.model, r.algo, r.config.env, episodes, greedy, seed, num_envs, video_dir)
