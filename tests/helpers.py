@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 
 from zrl import spaces, wire
 from zrl.config import load_config
@@ -222,3 +223,16 @@ def outcome(gate: wire.Gate, frame: bytes):
         return ("rejected", e.reason)
     return ("ok", msg.kind, msg.sender_id, msg.seq, msg.policy_version, bytes(msg.meta), bindings,
             {k: v.tobytes() for k, v in msg.arrays.items()})
+
+
+def cpp_binary(name: str) -> Path:
+    """A C++ program of the client build (build/cpp, or ZRL_CPP_BUILD_DIR): skips the test when it
+    is not built, unless ZRL_REQUIRE_CPP is set (scripts/test.sh builds it and sets it)."""
+    build = Path(os.environ.get("ZRL_CPP_BUILD_DIR", ROOT / "build" / "cpp"))
+    path = build / name
+    if not path.exists():
+        msg = f"{path} is not built (scripts/test.sh builds it with -DZRL_BUILD_CLIENT=ON)"
+        if os.environ.get("ZRL_REQUIRE_CPP"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path

@@ -414,9 +414,18 @@ class ServerConfig:
     learner hands out the sender id its frames carry)."""
     backlog: int = 64
     """Trajectory messages kept while the learner applies back-pressure; the oldest are dropped beyond it."""
+    native_loop: bool = True
+    """Serve routine ACTs (mid-episode steps) in C++ where the policy allows it (an MLP
+    actor-critic without LSTM, IMPALA or APPO, float32 observations; zrl.server.fast_path);
+    false: every request takes the Python path. Both draw from the same policy, record the
+    same steps and refuse the same requests."""
+    native_budget_ms: float = 5.0
+    """The longest the C++ loop serves before Python's periodic work (new weights, the
+    backlog to the learner, session timeouts) runs again."""
 
     def __post_init__(self):
         check(self.max_batch >= 1, "server.max_batch", "must be >= 1")
+        check(self.native_budget_ms > 0, "server.native_budget_ms", "must be > 0")
         check(self.client_timeout_s > 0, "server.client_timeout_s", "must be > 0")
         check(self.max_clients >= 1, "server.max_clients", "must be >= 1")
         check(self.first_act_timeout_s > 0, "server.first_act_timeout_s", "must be > 0")

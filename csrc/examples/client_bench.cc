@@ -41,7 +41,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
+
 namespace {
+
+using zrl::bench::act_frame_bytes;
+using zrl::bench::micros;
+using zrl::bench::percentile;
 
 using Clock = std::chrono::steady_clock;
 
@@ -66,10 +72,8 @@ struct Args {
 }
 
 int64_t parse_int(const std::string& flag, const char* v) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v, &end, 10);
-  if (end == v || *end != '\0' || errno != 0) usage("bad value for " + flag + ": " + v);
+  int64_t x = 0;
+  if (!zrl::bench::parse_int(v, &x)) usage("bad value for " + flag + ": " + v);
   return x;
 }
 
@@ -97,18 +101,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// Bytes of the ACT frame a zrl::Client sends for a float32 [d] observation
-// (docs/PROTOCOL.md, "Layout"): header, three descriptors, then obs, reward
-// and flags, each at the next multiple of 64.
-uint64_t act_frame_bytes(int64_t d) {
-  auto align = [](uint64_t n) { return (n + 63) & ~uint64_t{63}; };
-  const uint64_t obs_at = align(48 + 3 * 80);
-  const uint64_t reward_at = align(obs_at + 4 * static_cast<uint64_t>(d));
-  const uint64_t flags_at = align(reward_at + 4);
-  return flags_at + 1;
-}
-
-double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 void run_zrl(const Args& a, std::vector<double>* latencies) {
   zrl::ClientOptions options;
@@ -168,14 +160,6 @@ void run_raw(const Args& a, std::vector<double>* latencies) {
   zmq_msg_close(&reply);
   zmq_close(sock);
   zmq_ctx_term(ctx);
-}
-
-double percentile(const std::vector<double>& sorted, double q) {
-  // Linear interpolation between closest ranks, numpy's default.
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const std::size_t lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
 
 }  // namespace

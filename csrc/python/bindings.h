@@ -19,5 +19,7 @@ void bind_wire_gate(pybind11::module_& m);    // FrameGate
 void bind_send_buffer(pybind11::module_& m);  // SendBuffer
 void bind_message(pybind11::module_& m);      // MessageBase
 void bind_zmq_native(pybind11::module_& m);   // ZmqFrame, ZmqNative (send_frame, drain)
+void bind_mlp_policy(pybind11::module_& m);   // MlpPolicy, sample_gaussian
+void bind_serve_loop(pybind11::module_& m);   // ServeLoop
 
 }  // namespace zrl::python

@@ -34,4 +34,6 @@ PYBIND11_MODULE(_core, m) {
   zrl::python::bind_send_buffer(m);
   zrl::python::bind_message(m);
   zrl::python::bind_zmq_native(m);
+  zrl::python::bind_mlp_policy(m);
+  zrl::python::bind_serve_loop(m);
 }

@@ -54,6 +54,7 @@ const ZmqApi* ZmqApi::attach(const std::string& module, int major, int minor, in
                   sym(handle, "zmq_msg_init_data", &api->msg_init_data) && sym(handle, "zmq_msg_send", &api->msg_send) && sym(handle, "zmq_msg_recv", &api->msg_recv) &&
                   sym(handle, "zmq_msg_data", &api->msg_data) && sym(handle, "zmq_msg_size", &api->msg_size) &&
                   sym(handle, "zmq_msg_close", &api->msg_close) && sym(handle, "zmq_msg_move", &api->msg_move) &&
+                  sym(handle, "zmq_msg_more", &api->msg_more) &&
                   sym(handle, "zmq_setsockopt", &api->setsockopt) && sym(handle, "zmq_getsockopt", &api->getsockopt) &&
                   sym(handle, "zmq_errno", &api->errno_) && sym(handle, "zmq_strerror", &api->strerror);
   // The handle stays open either way: it only pins what pyzmq keeps loaded anyway.

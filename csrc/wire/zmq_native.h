@@ -41,6 +41,7 @@ struct alignas(sizeof(void*)) ZmqMsg {
 };
 
 inline constexpr int kZmqDontWait = 1;  // ZMQ_DONTWAIT
+inline constexpr int kZmqSndMore = 2;   // ZMQ_SNDMORE
 inline constexpr int kZmqRcvTimeo = 27;  // ZMQ_RCVTIMEO
 
 struct ZmqApi {
@@ -53,6 +54,7 @@ struct ZmqApi {
   std::size_t (*msg_size)(const ZmqMsg*) = nullptr;
   int (*msg_close)(ZmqMsg*) = nullptr;
   int (*msg_move)(ZmqMsg* dest, ZmqMsg* src) = nullptr;
+  int (*msg_more)(const ZmqMsg*) = nullptr;
   int (*setsockopt)(void* socket, int option, const void* value, std::size_t len) = nullptr;
   int (*getsockopt)(void* socket, int option, void* value, std::size_t* len) = nullptr;
   int (*errno_)() = nullptr;

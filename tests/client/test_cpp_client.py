@@ -5,22 +5,10 @@ import os
 import re
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, Proc, wait_for
-
-
-def cpp_binary(name: str) -> Path:
-    build = Path(os.environ.get("ZRL_CPP_BUILD_DIR", ROOT / "build" / "cpp"))
-    path = build / name
-    if not path.exists():
-        msg = f"{path} is not built (scripts/test.sh builds it with -DZRL_BUILD_CLIENT=ON)"
-        if os.environ.get("ZRL_REQUIRE_CPP"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
+from helpers import Proc, cpp_binary, wait_for
 
 
 @pytest.mark.slow

@@ -104,6 +104,20 @@ class Recorder:
         asks for a newer one after each chunk; the actor waits for it), or None: any."""
         return None
 
+    def step_rows(self) -> tuple[np.ndarray, ...] | None:
+        """For one env (K = 1): the arrays of the chunk being written, (obs [T + 1, ...],
+        action [T, ...], reward, terminated, truncated, behaviour_logp [T]), where the agent
+        server's C++ loop (zrl.server.fast_path) writes routine steps as observe() and
+        record() would, with `t` the row of the next reward; None (the default) where the
+        recorder writes anything else, so every step goes through observe() and record().
+        Once the loop has written a chunk's last step (t == T), `end_chunk()` sends it."""
+        return None
+
+    def end_chunk(self) -> list[Any]:
+        """(A recorder with step_rows.) Sends the chunk whose T steps were written and starts
+        the next from its last observation; returns the frames left for the caller to send."""
+        raise NotImplementedError
+
     def obs_buffer(self) -> np.ndarray | None:
         """Where the next observe() stores step.obs ([K, *obs]), or None if nowhere. A caller
         that assembles the observations row by row (zrl.actors.streams) writes them there and

@@ -38,11 +38,7 @@ def native():
             why = f"{NATIVE_ENV}=0"
         else:
             try:
-                module = sys.modules[zmq.backend.Socket.__module__]
-                path = getattr(module, "__file__", None) or ""
-                if not path.endswith((".so", ".pyd", ".dylib")):  # (the CFFI backend, a frozen build, ...)
-                    raise RuntimeError(f"pyzmq's backend {module.__name__} is not an extension module ({path or 'no file'})")
-                api = _core.ZmqNative(path, *zmq.zmq_version_info())
+                api = _core.ZmqNative(backend_path(), *zmq.zmq_version_info())
                 why = f"through {api.library}"
             except (AttributeError, KeyError, RuntimeError) as e:
                 why = f"unavailable: {e}"
@@ -50,6 +46,16 @@ def native():
             log.info("native ZeroMQ path off (%s): pyzmq's send and recv", why)
         _native[:] = [api, why]
     return _native[0]
+
+
+def backend_path() -> str:
+    """The file of pyzmq's backend extension, through which C++ finds its libzmq;
+    RuntimeError where the backend is not an extension module."""
+    module = sys.modules[zmq.backend.Socket.__module__]
+    path = getattr(module, "__file__", None) or ""
+    if not path.endswith((".so", ".pyd", ".dylib")):  # (the CFFI backend, a frozen build, ...)
+        raise RuntimeError(f"pyzmq's backend {module.__name__} is not an extension module ({path or 'no file'})")
+    return path
 
 
 def zmq_error(err: int) -> zmq.ZMQError:

@@ -30,6 +30,7 @@ random initial weights, or a checkpoint's (`--checkpoint`).
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import threading
 import time
@@ -46,6 +47,7 @@ from zrl.algorithms.base import Recorder
 from zrl.config import Config, ConfigError
 from zrl.envs import Step
 from zrl.envs.specs import config_specs
+from zrl.server.fast_path import FastPath, TwinPolicy, Unsupported
 from zrl.server.report import StatusReport
 from zrl.server.sessions import Session, SessionRefused, Sessions
 from zrl.server.stats import ServerStats
@@ -123,7 +125,7 @@ class AgentServer:
         self.policy = self.algo.make_policy(self.model, actor_index=0, num_actors=1, seed=seed)
         self.sender = Sender(self.sc.index)
         self.stats = ServerStats()
-        self.sessions = Sessions(self.sc, self.stats.session_drops, time.monotonic())
+        self.sessions = Sessions(self.sc, self.stats.session_drops, time.monotonic(), on_drop=self._on_drop)
         self.backlog: collections.deque = collections.deque()
         self._done_returns, self._done_lengths = [], []  # finished client episodes, sent to the learner as stats
         self.link = None
@@ -135,6 +137,24 @@ class AgentServer:
         self._obs_shape, self._obs_dtype = tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype)
         self._act_discrete = isinstance(self.action_spec, spaces.DiscreteSpec)
         self.report = StatusReport(self.stats, logdir, self._say)
+        self.fast, self.request_loop = self._make_fast_path(seed)
+
+    def _make_fast_path(self, seed: int) -> tuple[FastPath | None, str]:
+        """The C++ loop for routine ACTs (zrl.server.fast_path), and how requests are served."""
+        if not self.sc.native_loop:
+            return None, "Python (server.native_loop is false)"
+        try:
+            fast = FastPath.create(self.router, self.model, self._new_recorder(), self.obs_spec, self.action_spec,
+                                   max_bytes=self.config.learner.max_message_bytes, seed=seed)
+        except Unsupported as e:
+            return None, f"Python ({e})"
+        fast.set_weights(self.policy_version)
+        self.policy = TwinPolicy(fast)  # (the Python path's forward passes too, without torch)
+        return fast, "C++ for routine ACTs"
+
+    def _on_drop(self, session: Session) -> None:
+        if self.fast is not None:
+            self.fast.forget(session)
 
     def _bind_router(self, bind: str) -> None:
         """The clients' ROUTER, bound at `bind` (a CURVE server for security.client_keys)."""
@@ -186,6 +206,8 @@ class AgentServer:
 
     def _on_weights(self, version: int) -> None:
         self.policy_version = version
+        if self.fast is not None:
+            self.fast.set_weights(version)
         for s in self.sessions.values():
             if s.recorder is not None:
                 s.recorder.policy_version = version
@@ -317,6 +339,8 @@ class AgentServer:
             self._reply(session.identity, wire.encode(wire.Kind.ACTION, seq=msg.seq, policy_version=self.policy_version))
             return
         self._push(session.recorder.observe(Step(obs[None], np.array([reward], np.float32), np.array([False]), np.array([False]), {})))
+        if self.fast is not None and flags == 0:
+            self.fast.learn(msg)  # frames laid out as this one go to the C++ loop from now on
         self._await_action(session, msg.seq, obs, batch)
 
     def _begin_episode(self, session: Session, obs: np.ndarray) -> None:
@@ -408,6 +432,8 @@ class AgentServer:
             a = actions[i]
             arr = np.asarray(a, np.int64) if self._act_discrete else np.asarray(a, np.float32)
             self._reply(session.identity, wire.encode(wire.Kind.ACTION, {"action": arr}, seq=seq, policy_version=self.policy_version))
+            if self.fast is not None:
+                self.fast.arm(session)  # its next routine ACT is served in C++
 
     def _forward_stats(self, msg: wire.Message) -> None:
         arrays = {}
@@ -440,6 +466,8 @@ class AgentServer:
                 if msg.kind in (wire.Kind.BYE, wire.Kind.STATS):
                     return
                 raise RequestError(NO_SESSION)
+            if self.fast is not None:
+                self.fast.reclaim(session)  # (the C++ loop may hold its counters)
             session.last_seen = now
             if msg.kind == wire.Kind.ACT:
                 # Checked before the ACT touches the episode: its reward and observation
@@ -479,8 +507,13 @@ class AgentServer:
                 return self.stats
             if self.link is not None:
                 self.policy_version = self.link.policy_version
+            # The objects made so far (torch's import is most of them) leave the collector's
+            # view: a full collection over them stalls every client for tens of milliseconds.
+            gc.collect()
+            gc.freeze()
             self._say(f"serving {self.obs_spec.to_json()} -> {self.action_spec.to_json()} on {self.endpoint}, policy version {self.policy_version}"
-                      + (f", learner {self.learner_endpoint}" if self.link else " (no learner: inference only)"))
+                      + (f", learner {self.learner_endpoint}" if self.link else " (no learner: inference only)")
+                      + f"; requests served in {self.request_loop}")
             return self._loop(max_seconds)
         except LearnerFinished as e:
             self._say(f"learner finished ({e}); exiting")
@@ -498,26 +531,52 @@ class AgentServer:
                 self._flush_backlog()
             if self.backlog or self._probe is not None:
                 self._watch_learner(time.monotonic())
+        if self.fast is not None and self.fast.ready:
+            return self._serve_native(timeout_ms)
         if not self.router.poll(timeout_ms, zmq.POLLIN):
             return 0
-        now = time.monotonic()
-        batch: list = []
-        handled = 0
+        requests = []
         # Drain what is already queued, never wait for more. Bounded by requests, not by
         # actions: requests that need none (refused ones, a flood) must not delay the answers.
-        while handled < self.sc.max_batch:
+        while len(requests) < self.sc.max_batch:
             try:
                 parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            handled += 1
+            requests.append([parts[0].bytes, *parts[1:]])
+        self._handle_all(requests)
+        return len(requests)
+
+    def _serve_native(self, timeout_ms: int) -> int:
+        """The C++ loop serves routine ACTs for up to server.native_budget_ms; what it hands back is served here."""
+        handback, completed, answered, batches, unread = self.fast.serve(timeout_ms, self.sc.max_batch, self.sc.native_budget_ms)
+        for client_id, action, logp in completed:
+            done = self.fast.complete(client_id, action, logp)
+            if done is not None:
+                session, frames = done
+                self._push(frames)
+                self.fast.arm(session)
+        st = self.stats
+        st.requests += answered
+        st.steps += answered
+        st.batches += batches
+        st.batch_sizes += answered
+        for _ in range(unread):
+            st.rejected.note("reply_unread", "a client's queue is full (server.client_hwm): it does not read its replies")
+        self._handle_all(handback)
+        return answered + len(handback)
+
+    def _handle_all(self, requests: list) -> None:
+        """Handles requests ([identity, frame] each) in order, then answers those that need an action."""
+        now = time.monotonic()
+        batch: list = []
+        for parts in requests:
             if len(parts) != 2:
-                self.stats.rejected.note("bad_header", f"a request of {len(parts)} frames, expected 1 after the identity")
+                self.stats.rejected.note("bad_header", f"a request of {len(parts) - 1} frames, expected 1 after the identity")
                 continue
-            self._handle(parts[0].bytes, parts[1], batch, now)
+            self._handle(parts[0], parts[1], batch, now)
         if batch:
             self._answer(batch)
-        return handled
 
     def _loop(self, max_seconds: float | None) -> ServerStats:
         t_end = None if max_seconds is None else time.monotonic() + max_seconds
@@ -530,6 +589,8 @@ class AgentServer:
                 self.serve_once(2 if self.backlog else 20)
                 now = time.monotonic()
                 if now - last_expire >= expire_every:
+                    if self.fast is not None:
+                        self.fast.refresh_last_seen(self.sessions.values())
                     self.sessions.expire(now)
                     last_expire = now
                 if self._done_returns and now - last_stats >= self.config.actor.stats_interval_s:

@@ -14,6 +14,7 @@ breaking the protocol.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from zrl.algorithms.base import Recorder
 from zrl.config_sections import ServerConfig
@@ -57,9 +58,10 @@ class Sessions:
     """The live sessions by routing identity; every session that ends is counted by
     reason in `drops`."""
 
-    def __init__(self, sc: ServerConfig, drops: Tally, now: float):
+    def __init__(self, sc: ServerConfig, drops: Tally, now: float, on_drop: Callable[[Session], None] | None = None):
         self.sc = sc
         self.drops = drops
+        self.on_drop = on_drop  # told of every session that ends
         self.live: dict[bytes, Session] = {}
         self._unacted: dict[bytes, Session] = {}  # sessions before their first ACT, oldest hello first
         self._bucket = TokenBucket(sc.new_sessions_per_s, sc.new_sessions_burst, now)
@@ -101,6 +103,8 @@ class Sessions:
             return False
         self._unacted.pop(identity, None)
         session.closed = reason
+        if self.on_drop is not None:
+            self.on_drop(session)
         self.drops.note(reason, f"client {session.client_id} {detail}".rstrip())
         return True
 

@@ -172,6 +172,12 @@ class ImpalaRecorder(Recorder):
         self.chunk_version = self.policy_version
         return [] if frame is None else [frame]
 
+    def step_rows(self) -> tuple[np.ndarray, ...] | None:
+        if self.recurrent or self.K != 1:
+            return None
+        a = self.msg.arrays
+        return a["obs"], a["action"], a["reward"], a["terminated"], a["truncated"], a["behaviour_logp"]
+
     def obs_buffer(self) -> np.ndarray:
         self._next_obs = self.msg.arrays["obs"][self.t + 1]
         return self._next_obs
