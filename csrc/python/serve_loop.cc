@@ -45,9 +45,9 @@ class PyServeLoop {
     loop_ = std::make_unique<zrl::ServeLoop>(api, reinterpret_cast<void*>(socket), obs_dim, action_dim, max_bytes, seed);
   }
 
-  void learn_act_layout(const py::bytes& block, uint64_t first, uint64_t end, uint64_t obs, uint64_t reward,
+  void add_act_layout(const py::bytes& block, uint64_t first, uint64_t end, uint64_t obs, uint64_t reward,
                         uint64_t flags) {
-    loop_->learn_act_layout(std::string(block), first, end, obs, reward, flags);
+    loop_->add_act_layout(std::string(block), first, end, obs, reward, flags);
   }
 
   void set_action_template(const py::bytes& frame, uint64_t action_offset) {
@@ -67,7 +67,7 @@ class PyServeLoop {
   // rows: (obs [T + 1, obs], action [T, (A)], reward [T], terminated [T], truncated [T], behaviour_logp [T]).
   void arm(int64_t id, const py::bytes& identity, const py::tuple& rows, int64_t t, int64_t steps,
            int64_t episode_length, double episode_return, double last_seen) {
-    if (rows.size() != 6) throw py::value_error("rows: expected 6 arrays");
+    if (rows.size() != 6 || !py::isinstance<py::array>(rows[2])) throw py::value_error("rows: expected 6 arrays");
     auto f32 = py::dtype::of<float>();
     auto flag = py::dtype::of<bool>();
     const py::ssize_t T = py::reinterpret_borrow<py::array>(rows[2]).size();
@@ -109,13 +109,21 @@ class PyServeLoop {
       err = loop_->serve(wait_ms, max_batch, budget_ms, &handback, &completed, &counts);
     }
     const zrl::ZmqApi* api = loop_->api();
+    // Every handed-back message is closed once, on the way out, whatever is raised below.
+    struct CloseAll {
+      const zrl::ZmqApi* api;
+      std::vector<std::vector<zrl::ZmqMsg>>& messages;
+      ~CloseAll() {
+        for (auto& parts : messages)
+          for (auto& m : parts) api->msg_close(&m);
+      }
+    } close_all{api, handback};
     py::list out(handback.size());
     for (std::size_t i = 0; i < handback.size(); ++i) {
       py::list parts(handback[i].size());
       for (std::size_t k = 0; k < handback[i].size(); ++k) {
         zrl::ZmqMsg& m = handback[i][k];
         parts[k] = py::bytes(static_cast<const char*>(api->msg_data(&m)), api->msg_size(&m));
-        api->msg_close(&m);
       }
       out[i] = std::move(parts);
     }
@@ -157,7 +165,7 @@ void bind_serve_loop(py::module_& m) {
       .def(py::init<const std::string&, int, int, int, uintptr_t, std::size_t, std::size_t, uint64_t, uint64_t>(),
            py::arg("module"), py::arg("major"), py::arg("minor"), py::arg("patch"), py::arg("socket"),
            py::arg("obs_dim"), py::arg("action_dim"), py::arg("max_bytes"), py::arg("seed"))
-      .def("learn_act_layout", &PyServeLoop::learn_act_layout, py::arg("block"), py::arg("first"), py::arg("end"),
+      .def("add_act_layout", &PyServeLoop::add_act_layout, py::arg("block"), py::arg("first"), py::arg("end"),
            py::arg("obs"), py::arg("reward"), py::arg("flags"))
       .def("set_action_template", &PyServeLoop::set_action_template, py::arg("frame"), py::arg("action_offset"))
       .def("set_policy", &PyServeLoop::set_policy, py::arg("policy"), py::arg("log_std"), py::arg("version"))

@@ -32,12 +32,12 @@ ServeLoop::ServeLoop(const ZmqApi* api, void* socket, std::size_t obs_dim, std::
   if (obs_dim_ == 0) throw std::invalid_argument("ServeLoop: obs_dim must be >= 1");
 }
 
-void ServeLoop::learn_act_layout(const std::string& block, uint64_t first, uint64_t end, uint64_t obs,
+void ServeLoop::add_act_layout(const std::string& block, uint64_t first, uint64_t end, uint64_t obs,
                                  uint64_t reward, uint64_t flags) {
   const uint64_t obs_bytes = 4 * obs_dim_;
   if (obs < first || reward < first || flags < first || obs + obs_bytes > end || reward + 4 > end ||
       flags + 1 > end) {
-    throw std::invalid_argument("learn_act_layout: obs, reward or flags outside the arrays' span");
+    throw std::invalid_argument("add_act_layout: obs, reward or flags outside the arrays' span");
   }
   // Observations and the reward must be finite, as Python's check_finite requires.
   const std::vector<GateFinite> finite = {{obs, obs_dim_, 4}, {reward, 1, 4}};
@@ -313,17 +313,16 @@ int ServeLoop::serve(int wait_ms, std::size_t max_batch, double budget_ms,
     std::size_t len = sizeof saved_timeout;
     const bool timed = wait != 0 && api_->getsockopt(socket_, kZmqRcvTimeo, &saved_timeout, &len) == 0 &&
                        api_->setsockopt(socket_, kZmqRcvTimeo, &wait, sizeof wait) == 0;
+    // Everything queued is drained before any answer, even after a wait (unlike the learner's
+    // drain): a client's second ACT sent right behind its first must meet it in one burst, where
+    // the pipelining rule sees it, as on the Python path.
     while (got < max_batch) {
-      const auto t0 = std::chrono::steady_clock::now();
       const bool ok = receive(&parts, timed && got == 0 ? 0 : kZmqDontWait, &err);
-      // As drain(): a first request that took a wait came to an empty queue; it is the burst.
-      const bool alone = timed && got == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(kAloneAfterNs);
       if (timed && got == 0) api_->setsockopt(socket_, kZmqRcvTimeo, &saved_timeout, sizeof saved_timeout);
       if (!ok) break;
       ++got;
       route(std::move(parts), &batch, handback);
       parts = {};
-      if (alone) break;
     }
     answer(&batch, handback, completed, counts);
     for (Entry& e : batch)

@@ -5,7 +5,7 @@
 // several times raw ZeroMQ for that round trip (decode, session lookup, a torch
 // call, encode). Here it runs in C++ with the GIL released: receive a burst
 // from the clients' ROUTER, look each sender up, check the frame (a FrameGate
-// learned from frames Python accepted), batch the ready observations through an
+// for the one routine ACT layout), batch the ready observations through an
 // MlpPolicy, draw the actions, write the step into the session's chunk (the
 // recorder's own arrays, so the frame the learner gets is the one Python would
 // have written) and send each ACTION.
@@ -15,7 +15,8 @@
 // check, and hands a session over ("arms" it) once the session is in a state
 // where its next routine ACT needs nothing but the above. An ACT that completes
 // the session's chunk is answered here too, and the chunk is handed to Python
-// (a Completion) to send. Anything else a
+// (a Completion) to send. Only frames laid out as Python's own encoder (and
+// libzrl_client's) lays out a routine ACT are served here. Anything else a
 // session sends comes back to Python, with the session disarmed, in arrival
 // order; Python takes the session's state back (`take`) before it acts on it.
 // A session that sends twice before its reply (pipelining) is handed back whole,
@@ -83,10 +84,11 @@ class ServeLoop {
   ServeLoop(const ZmqApi* api, void* socket, std::size_t obs_dim, std::size_t action_dim, uint64_t max_bytes,
             uint64_t seed);
 
-  // A routine ACT frame's descriptor block as Python accepted it, with the byte
-  // offsets of obs, reward and flags in such frames (std::invalid_argument when
-  // they lie outside the arrays' span [first, end)).
-  void learn_act_layout(const std::string& block, uint64_t first, uint64_t end, uint64_t obs, uint64_t reward,
+  // The routine ACT frame's descriptor block (as the wire's encoders write it), with
+  // the byte offsets of obs, reward and flags in such frames (std::invalid_argument
+  // when they lie outside the arrays' span [first, end)). Python's checks of such a
+  // frame are the gate's: the layout, and finite obs and reward.
+  void add_act_layout(const std::string& block, uint64_t first, uint64_t end, uint64_t obs, uint64_t reward,
                         uint64_t flags);
   // The reply to a routine ACT: a template frame, its action at `action_offset`.
   void set_action_template(std::vector<uint8_t> frame, uint64_t action_offset);

@@ -10,7 +10,7 @@ import torch
 from zrl import _core, spaces, wire
 from zrl.models import build_actor_critic
 from zrl.server.fast_path import native_mlp
-from helpers import small_config
+from helpers import small_config, wait_for
 from test_server import raw_client, raw_hello
 from test_server_limits import ask
 
@@ -205,6 +205,29 @@ def test_a_bad_observation_of_a_session_the_loop_holds_is_refused_as_python_refu
         assert reply.kind == wire.Kind.ERROR and text in reply.text(), reply.kind
         assert server.stats.rejected[reason] == 1
         assert server.fast.answered == answered
+    finally:
+        if s is not None:
+            s.close()
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_two_acts_of_a_session_the_loop_holds_in_one_burst_end_it_as_pipelined(ctx, endpoint):
+    from zrl.server import AgentServer
+
+    cfg = serve_box_config("server.action_space={type: discrete, n: 2}")
+    server = AgentServer(cfg, f"{endpoint}-pipe", ctx=ctx, console=False)
+    s = None
+    try:
+        s, seq = started_session(server, ctx, 4)
+        steps = server.stats.steps
+        for k in range(2):  # the second before the reply to the first
+            s.send(wire.encode(wire.Kind.ACT, {"obs": np.ones(4, np.float32), "reward": np.float32(1), "flags": np.uint8(0)}, seq=seq + k))
+        wait_for(lambda: (server.serve_once(10), s.poll(0))[1], 10, "the reply")
+        reply = wire.decode(s.recv())
+        assert reply.kind == wire.Kind.ERROR and reply.text().startswith("pipelined"), reply.kind
+        assert server.stats.rejected["pipelined"] == 1 and len(server.sessions) == 0
+        assert server.stats.steps == steps + 1  # (the first was taken as a step before the second showed it was not waited for)
     finally:
         if s is not None:
             s.close()

@@ -73,11 +73,12 @@ class FastPath:
     """One server's C++ loop: its policy twin, the ACT layouts it may serve, and the
     sessions handed to it (by client_id)."""
 
-    def __init__(self, loop: _core.ServeLoop, model: ActorCritic, action_spec: spaces.Spec):
+    def __init__(self, loop: _core.ServeLoop, router: zmq.Socket, model: ActorCritic, obs_spec: spaces.BoxSpec, action_spec: spaces.Spec):
         self.loop = loop
+        self.router = router
         self.model = model
         self.discrete = isinstance(action_spec, spaces.DiscreteSpec)
-        self._blocks: set[bytes] = set()
+        self._act_layout(obs_spec)
         self.answered = 0  # requests the loop answered itself
         self.held: dict[int, object] = {}  # the sessions armed, by client_id
         self.twin: _core.MlpPolicy | None = None
@@ -98,7 +99,7 @@ class FastPath:
         obs_dim = int(np.prod(obs_spec.shape))
         action_dim = 0 if isinstance(action_spec, spaces.DiscreteSpec) else int(np.prod(action_spec.shape))
         loop = _core.ServeLoop(backend_path(), *zmq.zmq_version_info(), router.underlying, obs_dim, action_dim, max_bytes, seed)
-        return cls(loop, model, action_spec)
+        return cls(loop, router, model, obs_spec, action_spec)
 
     def _reply_template(self, action_spec: spaces.Spec) -> None:
         action = np.zeros((), np.int64) if self.discrete else np.zeros(tuple(action_spec.shape), np.float32)
@@ -106,27 +107,22 @@ class FastPath:
         info = wire.decode(frame).infos[0]
         self.loop.set_action_template(frame, info.offset)
 
-    @property
-    def ready(self) -> bool:
-        return bool(self._blocks)
-
     def set_weights(self, version: int) -> None:
         """The model's current weights (and `version`) for the replies from now on."""
         self.twin, self.log_std = native_mlp(self.model)
         self.loop.set_policy(self.twin, self.log_std, version)
 
-    def learn(self, msg: wire.Message) -> None:
-        """A routine ACT that Python accepted: frames with its descriptor block go to C++ from now on."""
+    def _act_layout(self, obs_spec: spaces.BoxSpec) -> None:
+        """The one layout served in C++: a routine ACT as the wire's encoders write it (Python's
+        and libzrl_client's alike); a frame laid out otherwise takes the Python path."""
+        obs = np.zeros(tuple(obs_spec.shape), np.float32)
+        frame = bytes(wire.encode(wire.Kind.ACT, {"obs": obs, "reward": np.float32(0), "flags": np.uint8(0)}))
+        msg = wire.decode(frame)
         infos = {i.name: i for i in msg.infos}
-        if tuple(sorted(infos)) != tuple(sorted(ACT_ARRAYS)):
-            return
-        block = bytes(memoryview(msg._buf)[wire.HEADER_SIZE : wire.HEADER_SIZE + wire.DESCRIPTOR_SIZE * len(msg.infos)])
-        if block in self._blocks:
-            return
+        block = frame[wire.HEADER_SIZE : wire.HEADER_SIZE + wire.DESCRIPTOR_SIZE * len(msg.infos)]
         first = min(i.offset for i in msg.infos)
         end = max(i.offset + i.nbytes for i in msg.infos)
-        self.loop.learn_act_layout(block, first, end, infos["obs"].offset, infos["reward"].offset, infos["flags"].offset)
-        self._blocks.add(block)
+        self.loop.add_act_layout(block, first, end, infos["obs"].offset, infos["reward"].offset, infos["flags"].offset)
 
     def arm(self, session) -> None:
         """Hands `session` to the loop: its next routine ACT is served in C++."""
@@ -137,14 +133,15 @@ class FastPath:
                       session.episode_length, session.episode_return, session.last_seen)
         self.held[session.client_id] = session
 
-    def reclaim(self, session) -> None:
-        """Takes `session` back from the loop, with what it did meanwhile."""
+    def reclaim(self, session) -> bool:
+        """Takes `session` back from the loop, with what it did meanwhile; whether the loop held it."""
         got = self.loop.take(session.client_id)
         if got is None:
-            return
+            return False
         t, session.steps, session.episode_length, session.episode_return, last_seen = got
         session.recorder.t = t
         session.last_seen = max(session.last_seen, last_seen)
+        return True
 
     def forget(self, session) -> None:
         self.loop.forget(session.client_id)
@@ -155,9 +152,8 @@ class FastPath:
         (the frames returned) and records `action`, the first of the next chunk; None if
         the session has gone meanwhile."""
         session = self.held.get(client_id)
-        if session is None:
-            return None
-        self.reclaim(session)
+        if session is None or not self.reclaim(session) or session.recorder.t != session.recorder.T:
+            return None  # (gone, or not the loop's: no chunk of it is ready)
         recorder = session.recorder
         frames = recorder.end_chunk()
         actions = np.array([action], np.int64) if self.discrete else np.asarray(action, np.float32)[None]
@@ -174,6 +170,8 @@ class FastPath:
     def serve(self, wait_ms: int, max_batch: int, budget_ms: float):
         """(handed back [[identity, frame, ...]], chunks completed [(client_id, action,
         behaviour_logp)], answered, batches, reply_unread)."""
+        if self.router.closed:  # (its address would dangle)
+            raise zmq.ZMQError(zmq.ENOTSOCK)
         result = self.loop.serve(wait_ms, max_batch, budget_ms)
         self.answered += result[2]
         return result

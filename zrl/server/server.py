@@ -339,8 +339,6 @@ class AgentServer:
             self._reply(session.identity, wire.encode(wire.Kind.ACTION, seq=msg.seq, policy_version=self.policy_version))
             return
         self._push(session.recorder.observe(Step(obs[None], np.array([reward], np.float32), np.array([False]), np.array([False]), {})))
-        if self.fast is not None and flags == 0:
-            self.fast.learn(msg)  # frames laid out as this one go to the C++ loop from now on
         self._await_action(session, msg.seq, obs, batch)
 
     def _begin_episode(self, session: Session, obs: np.ndarray) -> None:
@@ -506,7 +504,7 @@ class AgentServer:
             if self.learner_endpoint is not None and not self._connect_learner():
                 return self.stats
             if self.link is not None:
-                self.policy_version = self.link.policy_version
+                self._on_weights(self.link.policy_version)  # (the C++ loop stamps its replies with it too)
             # The objects made so far (torch's import is most of them) leave the collector's
             # view: a full collection over them stalls every client for tens of milliseconds.
             gc.collect()
@@ -531,7 +529,7 @@ class AgentServer:
                 self._flush_backlog()
             if self.backlog or self._probe is not None:
                 self._watch_learner(time.monotonic())
-        if self.fast is not None and self.fast.ready:
+        if self.fast is not None:
             return self._serve_native(timeout_ms)
         if not self.router.poll(timeout_ms, zmq.POLLIN):
             return 0
@@ -550,12 +548,6 @@ class AgentServer:
     def _serve_native(self, timeout_ms: int) -> int:
         """The C++ loop serves routine ACTs for up to server.native_budget_ms; what it hands back is served here."""
         handback, completed, answered, batches, unread = self.fast.serve(timeout_ms, self.sc.max_batch, self.sc.native_budget_ms)
-        for client_id, action, logp in completed:
-            done = self.fast.complete(client_id, action, logp)
-            if done is not None:
-                session, frames = done
-                self._push(frames)
-                self.fast.arm(session)
         st = self.stats
         st.requests += answered
         st.steps += answered
@@ -563,8 +555,27 @@ class AgentServer:
         st.batch_sizes += answered
         for _ in range(unread):
             st.rejected.note("reply_unread", "a client's queue is full (server.client_hwm): it does not read its replies")
-        self._handle_all(handback)
+        try:
+            for client_id, action, logp in completed:
+                self._complete(client_id, action, logp)
+        finally:  # (those requests are off the socket: they are answered whatever happened above)
+            self._handle_all(handback)
         return answered + len(handback)
+
+    def _complete(self, client_id: int, action, logp: float) -> None:
+        """A chunk the C++ loop filled: sent, and its session handed back to the loop. A failure
+        is a bug: it is counted and logged, and ends that session only, as on the Python path."""
+        session = self.fast.held.get(client_id)
+        try:
+            done = self.fast.complete(client_id, action, logp)
+            if done is not None:
+                self._push(done[1])
+                self.fast.arm(session)
+        except Exception as e:  # noqa: BLE001 - one session's chunk must not stop the server
+            if session is not None:
+                self.sessions.drop(session.identity, "internal_error")
+                self.stats.rejected.note("internal_error", f"client {client_id}: cannot send its chunk: {e!r}",
+                                         level=logging.ERROR, exc_info=True)
 
     def _handle_all(self, requests: list) -> None:
         """Handles requests ([identity, frame] each) in order, then answers those that need an action."""
@@ -572,7 +583,8 @@ class AgentServer:
         batch: list = []
         for parts in requests:
             if len(parts) != 2:
-                self.stats.rejected.note("bad_header", f"a request of {len(parts) - 1} frames, expected 1 after the identity")
+                # (The C++ loop keeps 3 parts of a longer message.)
+                self.stats.rejected.note("bad_header", f"a request of {len(parts) - 1}{'+' if len(parts) > 2 else ''} frames, expected 1 after the identity")
                 continue
             self._handle(parts[0], parts[1], batch, now)
         if batch:
