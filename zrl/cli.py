@@ -270,9 +270,10 @@ def actor(config_path, overrides, learner_endpoint, index, num_actors, seed, eva
 @resume_option
 @click.option("--device", default=None, help="The learner's device: auto, cpu or cuda[:N] (learner.device).")
 @env_package_option
-def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume, device, env_package):
+@click.option("--no-live", "no_live", is_flag=True, help="No live status line on a terminal; the children's lines print as they come.")
+def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_seconds, max_env_steps, resume, device, env_package, no_live):
     """Start a learner and N actors on this machine; stop them all on exit. On a terminal, a
-    live status line shows the learner's progress (env steps, steps/s, return, ETA)."""
+    live status line shows the learner's progress (env steps, steps/s, return, ETA), unless --no-live."""
     flags = dict(actors=actors, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps,
                  device=device, env_package=env_package)
     cfg, logdir = _open_run("zrl run", config_path, overrides, flags, logdir, resume, check=_something_feeds_the_learner)
@@ -288,6 +289,7 @@ def run(config_path, overrides, actors, seed, logdir, bind, stop_at_return, max_
         max_env_steps=cfg.run.max_env_steps,
         resume=resume,
         t_start=_process_start_time(),
+        live=not no_live,
     )
     sys.exit(run_local(cfg, opts))
 

@@ -3,6 +3,7 @@ status line (its text, the terminal line, the relay of the children's output), `
 help on every option, the missing-ale_py message, and `--env-package` reaching every role."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -27,6 +28,7 @@ from zrl.launch.options import RunOptions
 from zrl.launch.progress_tail import ProgressTail
 from zrl.launch.relay import OutputRelay
 from zrl.launch.status import eta_seconds, format_duration, status_text
+from zrl.launch.supervisor import Supervisor
 
 # --config NAME
 
@@ -109,6 +111,17 @@ def test_print_goes_above_the_live_line(monkeypatch):
         print("a line", "in two writes")
     assert terminal.getvalue() == f"{ERASE}status{ERASE}a line in two writes\n{ERASE}status{ERASE}"
     assert sys.stdout is terminal
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_no_live_keeps_the_terminal_free_of_the_status_line(live, monkeypatch, tmp_path):
+    terminal = io.StringIO()
+    monkeypatch.setattr(terminal, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys, "stdout", terminal)
+    sup = Supervisor(load_config("cartpole_impala"), RunOptions(num_actors=1, seed=1, logdir=str(tmp_path), live=live))
+    with contextlib.ExitStack() as stack:
+        sup._open_console(stack)
+        assert (sup.live is not None) == live and sup.relay is not None  # (the children's lines go through either way)
 
 
 def test_the_relay_prints_the_childrens_lines_whole(capfd):

@@ -34,3 +34,4 @@ class RunOptions:
     # The children's output through this process (zrl.launch.relay); None: when stdout is a
     # terminal, which then shows a live status line.
     relay: bool | None = None
+    live: bool = True  # the live status line, where stdout is a terminal

@@ -109,7 +109,7 @@ class Supervisor:
         closed by `stack` once the children have exited."""
         if not (self.opts.relay if self.opts.relay is not None else is_terminal(sys.stdout)):
             return
-        if is_terminal(sys.stdout):
+        if self.opts.live and is_terminal(sys.stdout):
             self.live = stack.enter_context(live_line())
         self.relay = OutputRelay()
         stack.callback(self.relay.close)
