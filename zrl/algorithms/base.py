@@ -11,7 +11,7 @@ Algorithms never send anything themselves.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
@@ -205,6 +205,9 @@ class Algorithm:
         self.action_spec = action_spec
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        # Several learners as one (zrl.learner.group): the group's gradient mean, applied between
+        # backward and the optimiser step of every gradient_step this algorithm takes.
+        self.gradient_reduce: Callable[[list[torch.Tensor]], None] | None = None
 
     @property
     def batch_source(self) -> str:
@@ -269,7 +272,7 @@ class Algorithm:
         `env_steps`, the steps received so far, drives the learning-rate schedule."""
         self.schedule.advance(env_steps)
         loss, stats = self.loss(self.model, batch)
-        stats.update(gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm))
+        stats.update(gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm, self.gradient_reduce))
         self.after_update(self.model, batch, stats)
         self.observe_inputs(batch)
         return stats

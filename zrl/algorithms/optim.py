@@ -8,7 +8,7 @@ gradient-based algorithm takes it.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import warnings
 
@@ -106,11 +106,14 @@ def zero_nonfinite_grads(params: list[torch.Tensor], grad_norm: torch.Tensor) ->
 
 
 def gradient_step(opt: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Tensor,
-                  max_grad_norm: float) -> dict[str, torch.Tensor]:
-    """Backward, clip to max_grad_norm, the non-finite guard, step. Returns `grad_norm` and
-    `nonfinite_grads` (1.0 where the gradients were zeroed) as tensors, unread."""
+                  max_grad_norm: float, reduce: Callable[[list[torch.Tensor]], None] | None = None) -> dict[str, torch.Tensor]:
+    """Backward, `reduce` (a learner group's gradient mean, zrl.learner.group), clip to
+    max_grad_norm, the non-finite guard, step. Returns `grad_norm` and `nonfinite_grads`
+    (1.0 where the gradients were zeroed) as tensors, unread."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if reduce is not None:
+        reduce(params)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     nonfinite = zero_nonfinite_grads(params, grad_norm)
     opt.step()

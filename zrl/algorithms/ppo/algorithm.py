@@ -95,7 +95,7 @@ class PPO(Impala):
                 mb = {k: v[idx] for k, v in rollout.items()}
             last = (epoch, start) == steps[-1]  # (stats of the last step only: they cost as much as the loss)
             loss, stats = self.minibatch_loss(mb, clip, with_stats=last)
-            step_stats = gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm)
+            step_stats = gradient_step(self.optimizer, self.params, loss, self.config.learner.max_grad_norm, self.gradient_reduce)
         stats.update(step_stats)
         self.observe_inputs(batch)
         stats["ppo/clip_range"] = torch.tensor(clip)
