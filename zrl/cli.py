@@ -222,10 +222,18 @@ def main(verbose: bool) -> None:
 @stop_options
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None, help="Write the bound endpoints here as JSON once listening.")
 @click.option("--logdir-ready", is_flag=True, hidden=True, help="(zrl run's learner) LOGDIR is readied and holds the config given.")
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Learners in the group (learner.num_learners; for a Slurm job's learners).")
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With learner.num_learners > 1: this learner's place in the group (0 checkpoints and writes the summary).")
+@click.option("--dist-url", default=None, help="With learner.num_learners > 1: where the group meets (torch.distributed's "
+              "init_method: file:///shared/path or tcp://HOST:PORT; trusted networks only).")
 @env_package_option
 def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_return, max_seconds, max_env_steps, ready_file, logdir_ready,
-            env_package):
+            world_size, rank, dist_url, env_package):
     """Train: receive trajectories, publish weights, checkpoint."""
+    if world_size is not None:
+        overrides = (*overrides, f"learner.num_learners={world_size}")
     flags = dict(device=device, seed=seed, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps,
                  env_package=env_package)
     if logdir_ready and not logdir:
@@ -237,7 +245,7 @@ def learner(config_path, overrides, bind, logdir, resume, device, seed, stop_at_
     from zrl.launch import run_learner  # lazy: zrl.launch's process machinery would slow every command's start-up
 
     sys.exit(run_learner(cfg, bind, str(logdir), resume=resume, ready_file=ready_file, install_signals=_install_stop_handlers,
-                         own_logdir=not logdir_ready))
+                         own_logdir=not logdir_ready, rank=rank, dist_url=dist_url))
 
 
 @main.command()

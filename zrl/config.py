@@ -91,11 +91,15 @@ class Config:
         width = self.actor.num_envs // self.actor.env_groups  # the columns one chunk fills
         if self.algo.batch_source == "version":
             self._check_synchronous()
-        if self.algo.batch_source == "stream" and self.learner.batch_size % width != 0:
+        share = self.learner.batch_size // self.learner.num_learners  # (one learner's, of a group)
+        if self.algo.batch_source == "stream" and share % width != 0:
             raise ConfigError(
                 f"learner.batch_size ({self.learner.batch_size}) must be a multiple of "
                 f"actor.num_envs / actor.env_groups ({width})"
+                + (f" times learner.num_learners ({self.learner.num_learners})" if self.learner.num_learners > 1 else "")
             )
+        if self.learner.num_learners > 1:
+            self._check_group()
         check(not self.model.normalize_obs or getattr(self.algo, "normalizes_obs", False), "model.normalize_obs",
               f"not with algo.name {self.algo.name} (its networks take observations as they come)")
         check(self.model.lstm_size == 0 or getattr(self.algo, "lstm_core", True), "model.lstm_size",
@@ -107,6 +111,17 @@ class Config:
                 f"({CNN_MIN_SCREEN_WHY[self.model.network]}); got {self.env.screen_size}"
             )
 
+
+    def _check_group(self) -> None:
+        """Several learners average their gradients of one loss over their shares of a batch:
+        an algorithm whose update is such a step on fresh chunks, with nothing else learned.
+        (algo.normalize_advantages normalises over each share, as DDP implementations of
+        PPO do: the step is then close to, not the same as, one learner's on the batch.)"""
+        check(self.algo.name in ("impala", "appo"), "learner.num_learners",
+              f"must be 1 with algo.name {self.algo.name}: several learners train IMPALA and APPO only (their update "
+              "is one gradient step on a batch of fresh chunks)")
+        check(not self.model.normalize_obs, "learner.num_learners",
+              "must be 1 with model.normalize_obs (each learner's statistics would drift from the others')")
 
     def _check_synchronous(self) -> None:
         """A synchronous learner (batch_source "version") publishes every update, and each of

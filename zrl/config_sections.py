@@ -285,6 +285,15 @@ class LearnerConfig:
     """New sender ids that may be handed out at once, before new_senders_per_s applies."""
     max_abs_return: float = 1e7
     """Episode returns in actors' stats beyond +-this are refused as implausible (.inf: any finite one)."""
+    num_learners: int = 1
+    """Learner processes that train as one (zrl.learner.group; IMPALA and APPO): `zrl run`
+    spreads the actors over them, each trains on its share of every batch (batch_size is
+    the global batch, split evenly) and their gradients are averaged, so all take the same
+    step. The first publishes to its actors, checkpoints and writes the summary; the
+    others publish the same weights to theirs."""
+    group_timeout_s: float = 60.0
+    """How long a learner of a group waits for the others (to join, or at each update)
+    before it gives up: a learner that dies stops the group within this."""
 
     def prefetch_for(self, device) -> int:
         """prefetch_batches resolved for a learner on `device` (a torch.device)."""
@@ -294,6 +303,10 @@ class LearnerConfig:
 
     def __post_init__(self):
         check(self.batch_size >= 1, "learner.batch_size", "must be >= 1")
+        check(self.num_learners >= 1, "learner.num_learners", "must be >= 1")
+        check(self.batch_size % self.num_learners == 0, "learner.batch_size",
+              f"must be a multiple of learner.num_learners ({self.num_learners}): each learner trains on an equal share")
+        check(self.group_timeout_s > 0, "learner.group_timeout_s", "must be > 0")
         check(self.optimizer in ("adam", "rmsprop"), "learner.optimizer", "must be adam or rmsprop")
         check(self.learning_rate > 0, "learner.learning_rate", "must be > 0")
         check(self.lr_decay_env_steps is None or self.lr_decay_env_steps > 0, "learner.lr_decay_env_steps", "must be > 0")

@@ -15,6 +15,10 @@ def check_something_feeds_the_learner(cfg) -> None:
         raise ConfigError("nothing would feed the learner: run.num_actors is 0 (--actors 0) and run.agent_server is false. "
                           "Give --actors N (N > 0), or -o run.agent_server=true to train on the clients of an agent server "
                           "(as configs/cartpole_serve.yaml does)")
+    n = cfg.learner.num_learners
+    if n > 1 and cfg.run.num_actors < n:
+        raise ConfigError(f"learner.num_learners is {n} but run.num_actors is {cfg.run.num_actors}: zrl run gives each learner "
+                          f"actors of its own (actor i feeds learner i mod {n}), and a learner without any would hold the group up")
 
 
 @dataclass

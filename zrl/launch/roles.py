@@ -24,24 +24,31 @@ EXIT_REFUSED = 3
 
 
 def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=None, max_seconds=None, max_env_steps=None, ready_file=None,
-                install_signals: Callable | None = None, own_logdir: bool = False) -> int:
+                install_signals: Callable | None = None, own_logdir: bool = False, rank: int = 0, dist_url: str | None = None) -> int:
     """own_logdir: this learner readies LOGDIR itself, as `zrl run` does for its learner (an
     earlier run moved aside unless resuming; config.yaml written once the learner has taken
-    the config and any checkpoint, so that a refused resume writes nothing)."""
+    the config and any checkpoint, so that a refused resume writes nothing). With
+    learner.num_learners > 1 it is member `rank` of the group that meets at `dist_url`."""
     from zrl.checkpoint import CheckpointError  # lazy: imports torch
     from zrl.learner.learner import Learner  # lazy: imports torch
 
+    group = None
     try:
-        if own_logdir and not resume:
+        if own_logdir and not resume and rank == 0:
             moved = rundir.make_room(Path(logdir))
             if moved is not None:
                 print(f"[learner] {logdir} held an earlier run: moved it to {moved} (--resume continues a run instead)", flush=True)
-        learner = Learner(cfg, bind, logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps)
-    except (OSError, CheckpointError, ValueError) as e:  # (rundir.RunDirError and ConfigError are ValueErrors)
+        group = join_group(cfg, rank, dist_url)
+        learner = Learner(cfg, bind, logdir, resume=resume, stop_at_return=stop_at_return, max_seconds=max_seconds, max_env_steps=max_env_steps,
+                          group=group)
+    except (OSError, CheckpointError, ValueError, RuntimeError) as e:  # (rundir.RunDirError and ConfigError are ValueErrors;
+        # RuntimeError: a group whose members did not all come within learner.group_timeout_s)
         print(f"[learner] error: {e}", file=sys.stderr, flush=True)
+        if group is not None:
+            group.close()
         return EXIT_CONFIG
     try:
-        if own_logdir:
+        if own_logdir and rank == 0:  # (the other learners of a group share learner 0's LOGDIR, and only read it)
             rundir.save_config(Path(logdir), cfg)
     except OSError as e:
         learner.close()
@@ -57,9 +64,25 @@ def run_learner(cfg: Config, bind: str, logdir, *, resume=False, stop_at_return=
         result = learner.run()
     finally:
         learner.close()
+        if group is not None:
+            group.close()
     if result.stop_reason.startswith("receiver failed"):
         return 1
     return 130 if result.stop_reason == "interrupted" else 0
+
+
+def join_group(cfg: Config, rank: int, dist_url: str | None):
+    """This learner's membership of its group (learner.num_learners > 1), or None."""
+    n = cfg.learner.num_learners
+    if n == 1:
+        return None
+    if dist_url is None:
+        raise ValueError(f"learner.num_learners is {n}: each learner needs --rank and --dist-url (zrl run gives them)")
+    if not 0 <= rank < n:
+        raise ValueError(f"--rank {rank} outside [0, learner.num_learners {n})")
+    from zrl.learner.group import LearnerGroup  # lazy: imports torch
+
+    return LearnerGroup(rank, n, dist_url, timeout_s=cfg.learner.group_timeout_s)
 
 
 def write_ready_file(path: str, learner) -> None:

@@ -70,6 +70,8 @@ class Supervisor:
         self.bind = ""  # the learner's control endpoint, as given to it
         self.ready_file: str | None = None  # where the learner says which port it bound (a wildcard bind)
         self.learner: Child | None = None
+        self.followers: list[Child] = []  # learners 1.. of a group (learner.num_learners > 1)
+        self.group_url: str | None = None  # where the group meets: a file in tmpdir
         self.actors: list[Child] = []  # training actors, then the evaluation actor and agent server if any
         self.stopping = threading.Event()
         self.signals = 0  # SIGINT/SIGTERM received
@@ -81,7 +83,7 @@ class Supervisor:
 
     @property
     def children(self) -> list[Child]:
-        return [self.learner, *self.actors]
+        return [self.learner, *self.followers, *self.actors]
 
     def run(self) -> int:
         if not self._ready_logdir():
@@ -157,10 +159,15 @@ class Supervisor:
         stdio = self.relay.child_stdio if self.relay else None
         # On a terminal the status line shows the learner's progress in place of its lines.
         quiet = {PROGRESS_LINES_ENV: "0"} if self.live else None
+        n = self.cfg.learner.num_learners
+        if n > 1:
+            self.group_url = f"file://{self.tmpdir}/group"
         self.learner = Child("learner", self._learner_argv(), self.opts.fork, stdio, quiet)
+        if n > 1:
+            self.followers = [Child(f"learner {r}", self._learner_argv(r), self.opts.fork, stdio, quiet) for r in range(1, n)]
         run = self.cfg.run
         names = [f"actor {i}" for i in range(self.opts.num_actors)] + (["eval actor"] if run.eval_actor else []) + (["agent server"] if run.agent_server else [])
-        self.actors = [Child(name, self._actor_argv(i, name, self.bind), self.opts.fork, stdio) for i, name in enumerate(names)]
+        self.actors = [Child(name, self._actor_argv(i, name, self._endpoint_of(i, self.bind)), self.opts.fork, stdio) for i, name in enumerate(names)]
         for c in self.children:
             c.on_start = self._write_pids
 
@@ -169,16 +176,29 @@ class Supervisor:
         the user edited the config file still gets the run's)."""
         return ["--config", str(self.logdir / rundir.CONFIG_FILE)]
 
-    def _learner_argv(self) -> list[str]:
+    def _follower_bind(self, rank: int) -> str:
+        return f"ipc://{self.tmpdir}/control-{rank}"
+
+    def _endpoint_of(self, i: int, first: str) -> str:
+        """The control endpoint of the learner that actor i feeds: training actors go round the
+        group's learners; the evaluation actor and the agent server feed the first, `first`."""
+        n = self.cfg.learner.num_learners
+        rank = i % n if i < self.opts.num_actors else 0
+        return first if rank == 0 else self._follower_bind(rank)
+
+    def _learner_argv(self, rank: int = 0) -> list[str]:
         opts = self.opts
-        argv = [*ZRL, "learner", *self._config_args(), "--bind", self.bind, "--logdir", str(self.logdir), "--logdir-ready",
+        bind = self.bind if rank == 0 else self._follower_bind(rank)
+        argv = [*ZRL, "learner", *self._config_args(), "--bind", bind, "--logdir", str(self.logdir), "--logdir-ready",
                 "--seed", str(opts.seed)]
+        if self.group_url is not None:
+            argv += ["--rank", str(rank), "--dist-url", self.group_url]
         for flag, value in (("--stop-at-return", opts.stop_at_return), ("--max-seconds", opts.max_seconds), ("--max-env-steps", opts.max_env_steps)):
             if value is not None:
                 argv += [flag, str(value)]
         if opts.resume:
             argv.append("--resume")
-        if self.ready_file:
+        if self.ready_file and rank == 0:
             argv += ["--ready-file", self.ready_file]
         return argv
 
@@ -236,14 +256,17 @@ class Supervisor:
             print("[zrl run] stopped before the learner started", flush=True)
             return False
         self.learner.start()
+        for f in self.followers:
+            f.start()
         if self.forced:  # signals during the start found no learner to ask or kill
-            self.learner.signal(signal.SIGKILL)
+            for c in (self.learner, *self.followers):
+                c.signal(signal.SIGKILL)
         elif self.stopping.is_set():
             self._ask_learner()
         if self.ready_file:
             endpoint = self._wait_ready() or self.bind
             for i, a in enumerate(self.actors):
-                a.argv = self._actor_argv(i, a.name, endpoint)
+                a.argv = self._actor_argv(i, a.name, self._endpoint_of(i, endpoint))
         for a in self.actors:
             if not self.stopping.is_set() and self.learner.alive():
                 a.start()
@@ -294,6 +317,9 @@ class Supervisor:
     def _shut_down(self, old_handlers: dict) -> None:
         for a in self.actors:
             a.stop()
+        for f in self.followers:  # (they stop with the first learner; one waiting on a dead one does not)
+            if f.alive():
+                f.signal(signal.SIGINT)
         if self.learner.alive() and not self.forced:
             # Leaving on an error (not a signal, not the learner's own end): it still saves first.
             self._ask_learner()

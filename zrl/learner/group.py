@@ -3,11 +3,15 @@ NCCL on GPUs) whose members each compute gradients on their share of a global ba
 average them before the optimiser steps, so every member takes the same step with the
 same weights.
 
-This is the group's arithmetic; `zrl run` does not start several learners yet (issue
-44: the handshake that spreads actors over the learners' trajectory sockets, rank 0
-alone publishing and checkpointing, the collective timeout that stops the group).
-Collectives carry tensors only. The rendezvous (`init_method`) trusts its network:
-use it only on a trusted one.
+Each member is a whole learner with its own actors (`zrl run` spreads them): it
+publishes the group's weights to them and trains in lockstep with the others (`agree`
+before each update: whether any member stops, and the group's env steps, which drive
+the schedules). Rank 0 also checkpoints and writes the summary. A member that dies
+stops the others at their next collective, within learner.group_timeout_s.
+
+Collectives carry tensors only. The rendezvous (`init_method`: a file:// path for one
+machine, tcp://host:port across machines) trusts its network: use it only on a
+trusted one.
 """
 from __future__ import annotations
 
@@ -57,6 +61,12 @@ class LearnerGroup:
     def broadcast(self, tensor: torch.Tensor) -> None:
         """Rank 0's `tensor` everywhere (the starting weights, a resumed checkpoint's)."""
         dist.broadcast(tensor, src=0)
+
+    def agree(self, stop: bool, env_steps: int) -> tuple[bool, int]:
+        """Before each update, in every member: whether any member stops, and the group's env steps."""
+        t = torch.tensor([int(stop), env_steps], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t)
+        return bool(t[0].item()), int(t[1].item())
 
     def total(self, value: int) -> int:
         """The sum of `value` over the group (env steps, samples)."""

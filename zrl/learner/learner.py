@@ -16,6 +16,7 @@ peer's hello decides the model.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from zrl.envs.specs import config_specs
 from zrl.learner.sources import make_source, source_class
 from zrl.learner.device import check_training_fits, resolve_device
 from zrl.learner.connection_watch import ConnectionWatch
+from zrl.learner.group import LearnerGroup
 from zrl.learner.handshake import Handshake
 from zrl.learner.progress import Progress, StatsSum
 from zrl.learner.publisher import WeightPublisher, publishable
@@ -49,7 +51,15 @@ log = logging.getLogger("zrl.learner")
 class Learner:
     def __init__(self, config: Config, bind: str, logdir: str | Path | None = None, *, resume: bool = False,
                  ctx: zmq.Context | None = None, console: bool = True, stop_at_return: float | None = None,
-                 max_seconds: float | None = None, max_env_steps: int | None = None, sink: bool = False):
+                 max_seconds: float | None = None, max_env_steps: int | None = None, sink: bool = False,
+                 group: LearnerGroup | None = None):
+        # A member of a group (zrl.learner.group) is a learner of its share of the batch; only
+        # the first writes (checkpoints, TensorBoard, the summary).
+        self.group = group
+        self.writes = group is None or group.is_main
+        self.group_env_steps = 0  # the group's, as of the last update
+        if group is not None:
+            config = share_of(config, group.world_size)
         self.config = config
         # Sink mode (benchmarks): answer hellos and count what arrives, but train on nothing,
         # so actors run as fast as they can produce and send.
@@ -62,7 +72,9 @@ class Learner:
         self.max_env_steps = max_env_steps if max_env_steps is not None else config.run.max_env_steps
         self.device = resolve_device(config.learner.device)
         self.algo_cls = algorithms.get(config.algo.name)
-        self.progress = Progress(config, stop_at_return if stop_at_return is not None else config.run.stop_at_return)
+        target = stop_at_return if stop_at_return is not None else config.run.stop_at_return
+        # In a group the first learner's actors' returns decide (the weights are the same everywhere).
+        self.progress = Progress(config, target if self.writes else None)
         self.perf = RunPerf()
         self._stop = threading.Event()
         self.algo = None
@@ -74,7 +86,7 @@ class Learner:
         # on the same endpoints) says hello again, as a new learner needs before it takes data.
         self.instance = os.urandom(8).hex()
         self._resume = find_resume(config, self.ckdir, self._say) if resume else None
-        self.checkpoints = Checkpoints(config, self.ckdir, self._resume is not None, self._say)
+        self.checkpoints = Checkpoints(config, self.ckdir if self.writes else None, self._resume is not None, self._say)
         self.sockets = LearnerSockets(config, bind, ctx)
         s = self.sockets
         self.control_endpoint, self.trajectory_endpoint, self.weights_endpoint = s.control_endpoint, s.trajectory_endpoint, s.weights_endpoint
@@ -139,6 +151,10 @@ class Learner:
         leave_to_join = source_class(algo.batch_source).collates and algo.joins_schema_checks()
         self.gate.set_trajectory_schema(algo.trajectory_schema(self.config.learner.batch_size), leave_to_join=leave_to_join)
         self.gate.set_gradient_schema(algo.gradient_schema())  # (None: the algorithm's actors send no gradients)
+        if self.group is not None:  # (the same weights everywhere, however each was made)
+            with torch.no_grad():
+                self.group.broadcast(algo.flat)
+            algo.gradient_reduce = self.group.average_gradients
         self.flat = algo.flat  # publishing reads this buffer
         self.publisher.attach(self.flat, self.progress.updates)
         self.algo, self.source = algo, source
@@ -147,7 +163,8 @@ class Learner:
 
     def _say(self, text: str) -> None:
         if self.console:
-            print(f"[learner] {text}", flush=True)
+            name = "learner" if self.group is None or self.group.is_main else f"learner {self.group.rank}"
+            print(f"[{name}] {text}", flush=True)
         log.info(text)
 
     def request_stop(self) -> None:
@@ -165,7 +182,8 @@ class Learner:
         t_start = time.perf_counter()
         self._say(f"listening on {self.control_endpoint} (trajectories {self.trajectory_endpoint}, weights {self.weights_endpoint}); "
                   f"device {self.device}, {resolve_precision(self.config.learner.precision, self.device)}")
-        metrics = MetricsWriter(self.logdir, console=self.console)
+        # (The other learners of a group write nothing, and print their progress lines only to a log.)
+        metrics = MetricsWriter(self.logdir if self.writes else None, console=self.console and self.writes)
         try:
             if self.config.learner.torch_threads != torch.get_num_threads():
                 torch.set_num_threads(self.config.learner.torch_threads)
@@ -196,7 +214,8 @@ class Learner:
             return self._stop_reason()
         if time_up():
             return "time limit"
-        if self.max_env_steps is not None and self.progress.env_steps >= self.max_env_steps:
+        env_steps = self.group_env_steps if self.group is not None else self.progress.env_steps
+        if self.max_env_steps is not None and env_steps >= self.max_env_steps:
             return "env step limit"
         if self.progress.target_reached():
             return "target reached"
@@ -220,10 +239,13 @@ class Learner:
 
         while True:
             reason = self._out_of_budget(time_up)
+            t_wait = time.perf_counter()
+            if self.group is not None:
+                got, reason = self._group_batch(reason, stop_check, tlog.idle, time_up)
+            elif reason is None:
+                got = source.next(stop_check, tlog.idle)
             if reason is not None:
                 return tlog.last(reason)
-            t_wait = time.perf_counter()
-            got = source.next(stop_check, tlog.idle)
             if got is None:
                 tlog.wait_s += perf.waited(t_wait)
                 continue
@@ -231,7 +253,7 @@ class Learner:
             t_got = time.perf_counter()
             tlog.wait_s += t_got - t_wait
             perf.got_batch(t_wait, t_got, progress.env_steps)
-            stats = algo.update(batch, progress.env_steps)
+            stats = algo.update(batch, self.group_env_steps if self.group is not None else progress.env_steps)
             progress.updated(versions)
             n = _batch_samples(batch)
             tlog.samples += n
@@ -245,6 +267,19 @@ class Learner:
                 self.save_checkpoint(now - tlog.t_start)
                 last_ckpt = now
 
+    def _group_batch(self, reason: str | None, stop_check, idle, time_up) -> tuple[tuple | None, str | None]:
+        """A member's next batch, once every member has one (each waits for its own, then all
+        agree): (batch, None), or (None, why) once any member stops."""
+        got = None
+        while reason is None and got is None:
+            got = self.source.next(stop_check, idle)
+            if got is None:
+                reason = self._out_of_budget(time_up)
+        stop, self.group_env_steps = self.group.agree(reason is not None, self.progress.env_steps)
+        if stop:
+            return None, reason or "another learner of the group stopped"
+        return got, None
+
     def _finish(self, t_start: float, stop_reason: str) -> LearnerResult:
         elapsed = time.perf_counter() - t_start
         if self.algo is not None and self.ckdir is not None:
@@ -254,20 +289,23 @@ class Learner:
         p = self.progress
         reached = p.target_reached()
         mean = p.reached_mean if reached else p.mean_return()
+        env_steps, episodes = p.env_steps, p.episodes
+        if self.group is not None:  # (every member's data; each member runs this once)
+            env_steps, episodes = self.group.total(env_steps), self.group.total(episodes)
         result = LearnerResult(
-            env_steps=p.env_steps, updates=p.updates, episodes=p.episodes, train_seconds=elapsed,
+            env_steps=env_steps, updates=p.updates, episodes=episodes, train_seconds=elapsed,
             final_mean_return=mean, reached=reached, stop_reason=stop_reason, return_source=p.return_source,
             perf=self.perf.as_dict(p.env_steps, p.run_lag),
             reached_after_s=p.reached_at - t_start if p.reached_at is not None else None,
             reached_at_unix=p.reached_unix, resumed_env_steps=self.resumed_env_steps,
         )
-        if self.logdir is not None:
+        if self.logdir is not None and self.writes:
             self.logdir.mkdir(parents=True, exist_ok=True)
             tmp = self.logdir / ".learner_final.json.tmp"
             tmp.write_text(json.dumps(result.to_json(), indent=2) + "\n")
             os.replace(tmp, self.logdir / "learner_final.json")
         mean_s = f"{mean:.1f}" if mean is not None else "-"
-        self._say(f"done ({stop_reason}): {p.env_steps:,} env steps, {p.updates:,} updates, mean return {mean_s}, {elapsed:.1f}s")
+        self._say(f"done ({stop_reason}): {env_steps:,} env steps, {p.updates:,} updates, mean return {mean_s}, {elapsed:.1f}s")
         return result
 
     def close(self) -> None:
@@ -286,7 +324,8 @@ class TrainingLog:
 
     def __init__(self, learner: Learner, metrics: MetricsWriter, t_start: float):
         self.learner = learner
-        self.report = Report(learner.progress, metrics, learner.source.fill, learner.control_endpoint, learner.algo.optimizer)
+        group_steps = (lambda: learner.group_env_steps) if learner.group is not None else None
+        self.report = Report(learner.progress, metrics, learner.source.fill, learner.control_endpoint, learner.algo.optimizer, group_steps)
         self.report.hyperparameters(learner.config.to_dict())
         self.t_start = t_start
         self.interval = learner.config.learner.log_interval_s
@@ -325,6 +364,12 @@ class TrainingLog:
             self.log(now)
         self.report.final_return()
         return reason
+
+
+def share_of(config: Config, members: int) -> Config:
+    """The config of one learner of a group of `members`: its share of the batch."""
+    lc = config.learner
+    return dataclasses.replace(config, learner=dataclasses.replace(lc, batch_size=lc.batch_size // members, num_learners=1))
 
 
 def _batch_samples(batch: dict[str, torch.Tensor]) -> int:

@@ -20,8 +20,9 @@ FINAL_RETURN_TAG = "hparams/final_mean_return"
 
 class Report:
     def __init__(self, progress: Progress, metrics: MetricsWriter, queue_fill: Callable[[], tuple[int, int]], endpoint: str = "",
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None, group_env_steps: Callable[[], int] | None = None):
         self.progress = progress
+        self.group_env_steps = group_env_steps  # a group's first learner reports the group's env steps
         self.optimizer = optimizer  # its learning rate is logged (after any decay)
         self.metrics = metrics
         self.queue_fill = queue_fill  # () -> (chunks queued, queue size)
@@ -29,7 +30,7 @@ class Report:
 
     def training(self, elapsed: float, env_rate: Rate, sample_rate: Rate, samples: int, wait_frac: float, stats: StatsSum) -> None:
         s = self.progress.snapshot()
-        env_steps = s["env_steps"]
+        env_steps = self.group_env_steps() if self.group_env_steps is not None else s["env_steps"]
         fps = env_rate.read(env_steps)
         queued, size = self.queue_fill()
         scalars = stats.means()
