@@ -236,3 +236,21 @@ def cpp_binary(name: str) -> Path:
             pytest.fail(msg)
         pytest.skip(msg)
     return path
+
+
+class CapturedChunks:
+    """A Sender's link (zrl.actors.sender) that keeps a copy of every frame it is given, as a
+    learner would get them: `server.sender.link = CapturedChunks()` shows an agent server's
+    trajectories without a learner."""
+
+    def __init__(self, sender_id: int = 0):
+        self.sender_id = sender_id
+        self.pusher = self
+        self.frames: list[bytes] = []
+
+    def send(self, msg, sender_id, seq, policy_version, rows=None, wait=False):
+        self.frames.append(bytes(msg.finish(sender_id=sender_id, seq=seq, policy_version=policy_version, rows=rows)))
+        return None
+
+    def messages(self, kind=wire.Kind.TRAJECTORY) -> list:
+        return [m for m in (wire.decode(f) for f in self.frames) if m.kind == kind]

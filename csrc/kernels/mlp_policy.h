@@ -55,6 +55,8 @@ class MlpPolicy {
   Activation activation_;
   Dense head_;
   ObsNormalizer norm_;
+  std::vector<std::vector<float>> torso_t_;  // each layer's weight transposed, [in, out]
+  std::vector<float> head_t_;
   std::vector<float> a_, b_;  // scratch rows, grown to the largest batch seen
 };
 

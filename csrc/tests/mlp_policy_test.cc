@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -71,6 +72,24 @@ TEST(SampleGaussian, ReportsTheFirstRowThatIsNotFinite) {
   const std::vector<double> normals = {0.0, 0.0, 0.0};
   std::vector<float> action(3), logp(3);
   EXPECT_EQ(sample_gaussian(mean.data(), 3, 1, log_std.data(), normals.data(), action.data(), logp.data()), 1u);
+}
+
+}  // namespace
+}  // namespace zrl
+
+namespace zrl {
+namespace {
+
+TEST(MlpPolicy, ItsTanhIsLibmsToAFewUlps) {
+  // One unit, weight 1: the output is the activation of the input.
+  MlpPolicy p(1, {Dense{1, 1, {1}, {0}}}, Activation::kTanh, Dense{1, 1, {1}, {0}});
+  double worst = 0.0;
+  for (float x = -12.0f; x <= 12.0f; x += 1e-3f) {
+    float y = 0.0f;
+    p.forward(&x, 1, &y);
+    worst = std::max(worst, std::abs(static_cast<double>(y) - std::tanh(static_cast<double>(x))));
+  }
+  EXPECT_LT(worst, 5e-7);
 }
 
 }  // namespace

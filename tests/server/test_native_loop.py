@@ -10,7 +10,7 @@ import torch
 from zrl import _core, spaces, wire
 from zrl.models import build_actor_critic
 from zrl.server.fast_path import native_mlp
-from helpers import small_config, wait_for
+from helpers import CapturedChunks, small_config, wait_for
 from test_server import raw_client, raw_hello
 from test_server_limits import ask
 
@@ -93,9 +93,8 @@ def serve_box_config(*overrides):
 
 def play(server, ctx, episodes, action_space):
     """Plays scripted episodes (lengths, the last truncated) through `server` with one raw
-    client, serving one iteration at a time; returns the server's pushed frames."""
-    pushed = []
-    server._push = pushed.extend
+    client, serving one iteration at a time; returns the trajectories it sent."""
+    captured = server.sender.link = CapturedChunks()
     serve = lambda: server.serve_once(10)  # noqa: E731
     obs_space = {"type": "box", "shape": [4], "dtype": "float32", "low": None, "high": None}
     s = raw_client(ctx, server)
@@ -117,7 +116,7 @@ def play(server, ctx, episodes, action_space):
         ask(s, wire.encode(wire.Kind.ACT, {"obs": np.zeros(4, np.float32), "reward": np.float32(0), "flags": np.uint8(FIRST)}, seq=seq), serve)
     finally:
         s.close()
-    return [wire.decode(bytes(f)) for f in pushed if wire.decode(bytes(f)).kind == wire.Kind.TRAJECTORY]
+    return captured.messages()
 
 
 def check_behaviour_logp(server, chunks):

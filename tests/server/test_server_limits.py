@@ -19,7 +19,7 @@ from zrl import checkpoint, wire
 from zrl.client import Client, ServerError
 from zrl.server import AgentServer
 from zrl.server.stats import Tally
-from helpers import Running, live_rss, wait_for
+from helpers import CapturedChunks, Running, live_rss, wait_for
 from test_server import ACT, OBS, raw_client, raw_hello, serve_config
 
 FIRST = 1
@@ -230,10 +230,9 @@ def test_a_server_full_of_acting_clients_refuses_a_newcomer_and_evicts_none(ctx,
 
 
 @pytest.mark.timeout(60)
-def test_an_act_sent_before_the_previous_reply_is_dropped_and_nothing_of_its_session_is_recorded(ctx, servers, monkeypatch):
+def test_an_act_sent_before_the_previous_reply_is_dropped_and_nothing_of_its_session_is_recorded(ctx, servers):
     server = servers.start(serve_config(), run=False)
-    pushed = []
-    monkeypatch.setattr(server, "_push", pushed.extend)  # what would go to the learner
+    captured = server.sender.link = CapturedChunks()  # what would go to the learner
     serve = lambda: server.serve_once(10)  # noqa: E731
     good, pipe = raw_client(ctx, server), raw_client(ctx, server)
     try:
@@ -255,7 +254,7 @@ def test_an_act_sent_before_the_previous_reply_is_dropped_and_nothing_of_its_ses
         assert sum(t.startswith("pipelined") for t in texts) == 1, texts
         assert server.stats.rejected["pipelined"] == 1 and server.stats.session_drops["pipelined"] == 1
         assert len(server.sessions) == 1 and server.stats.steps <= 2  # the good step, and at most one before the catch
-        assert pushed == []
+        assert captured.frames == []
         assert ask(good, raw_act(4, 0, reward=1.0), serve).kind == wire.Kind.ACTION  # the other client goes on
     finally:
         good.close()

@@ -36,8 +36,9 @@ class Sender:
 
     def finish(self, msg: wire.OutMessage, policy_version: int, rows: "wire.Cut | dict[str, int] | None" = None):
         self.seq += 1
-        if self.link is not None:
-            return self.link.pusher.send(msg, self.sender_id, self.seq, policy_version, rows)
+        pusher = self.link.pusher if self.link is not None else None
+        if pusher is not None:
+            return pusher.send(msg, self.sender_id, self.seq, policy_version, rows)
         return msg.finish(sender_id=self.sender_id, seq=self.seq, policy_version=policy_version, rows=rows)
 
     def encode(self, kind: wire.Kind, arrays, policy_version: int, meta=None) -> bytearray:
@@ -61,7 +62,7 @@ class Sender:
         """What send_and_carry needs to send `msg` (sent copied just now, cut to `rows`) again
         in one C++ call, or None where the link has no C++ pusher."""
         pusher = self.link.pusher if self.link is not None else None
-        if pusher is None or pusher._send_frame is None or pusher.sock.closed:
+        if getattr(pusher, "_send_frame", None) is None or pusher.sock.closed:  # (a NoLearner has none)
             return None
         return (msg, rows, pusher, pusher.sock, pusher._send_frame, pusher.address, msg._total,
                 *msg.layout.row_span(*carry))
@@ -105,3 +106,16 @@ class ChunkSender:
         if frame is None and msg._sealed is rows and msg.send_buffer is None:
             self.direct = self.sender._direct_path(msg, rows, self.carry)
         return frame, True
+
+
+class NoLearner:
+    """A link for a Sender whose messages go nowhere: the agent server's without a learner
+    (inference only). Each message is taken as sent at once, so its recorders reuse their
+    frames as they do when a learner takes them: serving costs what it costs in training."""
+
+    def __init__(self, sender_id: int):
+        self.sender_id = sender_id
+        self.pusher = self
+
+    def send(self, msg, sender_id: int, seq: int, policy_version: int, rows=None, wait: bool = False):
+        return None  # (nothing left to send)

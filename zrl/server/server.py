@@ -42,7 +42,7 @@ import zmq
 
 from zrl import algorithms, checkpoint, spaces, transport, wire
 from zrl.actors.link import HelloError, HelloProbe, LearnerFinished, LearnerLink, hello_meta
-from zrl.actors.sender import Sender
+from zrl.actors.sender import NoLearner, Sender
 from zrl.algorithms.base import Recorder
 from zrl.config import Config, ConfigError
 from zrl.envs import Step
@@ -123,7 +123,9 @@ class AgentServer:
         seed = config.run.seed if seed is None else seed
         torch.manual_seed(seed)
         self.policy = self.algo.make_policy(self.model, actor_index=0, num_actors=1, seed=seed)
-        self.sender = Sender(self.sc.index)
+        # Chunks go straight to the learner's PUSH (the backlog holds those it refuses), or
+        # nowhere without a learner.
+        self.sender = Sender(self.sc.index, NoLearner(self.sc.index))
         self.stats = ServerStats()
         self.sessions = Sessions(self.sc, self.stats.session_drops, time.monotonic(), on_drop=self._on_drop)
         self.backlog: collections.deque = collections.deque()
@@ -201,7 +203,7 @@ class AgentServer:
             send_hwm=max(self.config.actor.send_hwm, self.sc.backlog), stop=self.stop, say=self._say, on_weights=self._on_weights,
             curve=self.curve, keepalive_s=self.config.learner.actor_timeout_s / 2,
         )
-        self.sender.id_from = self.link  # (frames carry the id the learner hands out)
+        self.sender.link = self.sender.id_from = self.link  # (frames carry the id the learner hands out)
         return self.link.connect()
 
     def _on_weights(self, version: int) -> None:
