@@ -39,8 +39,9 @@ stamps from late 11-24 on name the SIMD level, older ones do not),
 24 GiB, Debian 12, Python 3.11, torch 2.13.0 CPU build, no GPU, shared with
 other jobs. Longer analyses: [REPLAY.md](REPLAY.md) (how the replay gets its
 speed), [TRANSPORT.md](TRANSPORT.md) (where transport time goes, and the
-changes it led to) and [PIPELINE.md](PIPELINE.md) (what moved the Pong
-actor's rate, and what did not). [REDESIGN.md](REDESIGN.md) has every
+changes it led to), [PIPELINE.md](PIPELINE.md) (what moved the Pong
+actor's rate, and what did not) and [SERVER.md](SERVER.md) (the agent
+server's request path against its targets, run by run). [REDESIGN.md](REDESIGN.md) has every
 benchmark before and after the package redesign of 11-27, side by side.
 """
 
@@ -159,9 +160,13 @@ Details: [TRANSPORT.md](TRANSPORT.md)."""),
 C++ clients (`client_bench`, one process each) against `zrl serve` doing
 inference only (no learner), 1/8/32/64 clients; beside them, in the same run,
 the same processes doing raw ZeroMQ DEALER round trips of the same request
-size against a pyzmq echo ROUTER. Latency percentiles over every timed round
-trip; steps/s over all clients. With more clients than cores, latency
-includes waiting for a CPU."""),
+size against a C++ echo ROUTER (`zmq_echo`). 256 and 1,024 clients: 4
+`client_load` processes holding the sessions, each session stepping as a
+simulator at 10,240/n Hz. Latency percentiles over every timed round trip;
+steps/s over all clients. With more clients than cores, latency includes
+waiting for a CPU. Targets (issue 47): 1 client p50 at most 2x raw; 8 to 64
+clients at least 0.7 of raw's steps/s; 32 clients p99 under 5 ms; 1,024
+sessions p99 under 50 ms with none refused."""),
     ("pipeline", """## pipeline: the whole pipeline against its ceilings
 
 raw env: the actor's vector env alone, random actions (the ceiling).
