@@ -70,8 +70,8 @@ def _linear(lin: torch.nn.Linear) -> tuple[np.ndarray, np.ndarray]:
 
 
 class FastPath:
-    """One server's C++ loop: its policy twin, the ACT layouts it may serve, and the
-    sessions handed to it (by client_id)."""
+    """One server's C++ loop: its policy twin, the one ACT layout it serves, and the
+    sessions handed to it (by client_id, until they close)."""
 
     def __init__(self, loop: _core.ServeLoop, router: zmq.Socket, model: ActorCritic, obs_spec: spaces.BoxSpec, action_spec: spaces.Spec):
         self.loop = loop
@@ -80,7 +80,7 @@ class FastPath:
         self.discrete = isinstance(action_spec, spaces.DiscreteSpec)
         self._act_layout(obs_spec)
         self.answered = 0  # requests the loop answered itself
-        self.held: dict[int, object] = {}  # the sessions armed, by client_id
+        self.held: dict[int, object] = {}  # the sessions ever armed, by client_id, until they close
         self.twin: _core.MlpPolicy | None = None
         self.log_std: np.ndarray | None = None
         self._reply_template(action_spec)
