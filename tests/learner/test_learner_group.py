@@ -108,7 +108,7 @@ def test_a_learner_killed_stops_its_group_and_the_run_resumes_with_one_learner(t
         assert code != 0 and not json.loads((tmp_path / "summary.json").read_text())["reached"], run.output[-3000:]
     finally:
         run.kill_tree()
-    resumed = Proc(["run", "--resume", "--logdir", str(tmp_path), "-o", "learner.num_learners=1", "--max-seconds", "20",
+    resumed = Proc(["run", "--resume", "--logdir", str(tmp_path), "-o", "learner.num_learners=1", "--max-seconds", "8",
                     "--stop-at-return", "1000"])
     assert resumed.wait(90) == 0, resumed.output[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
