@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace zrl::bench {
@@ -23,18 +25,21 @@ inline uint64_t act_frame_bytes(int64_t d) {
   return flags_at + 1;
 }
 
-// All of v as a number; false if it is not one (or out of range).
-inline bool parse_int(const char* v, int64_t* out) {
+// The value of option `flag`: all of v as an int64_t or a double; anything else (or out of
+// range) goes to the program's usage(message, status 1), which exits.
+template <typename T, typename Usage>
+T number_arg(const std::string& flag, const char* v, Usage usage) {
+  static_assert(std::is_same_v<T, int64_t> || std::is_same_v<T, double>);
   char* end = nullptr;
   errno = 0;
-  *out = std::strtoll(v, &end, 10);
-  return end != v && *end == '\0' && errno == 0;
-}
-inline bool parse_double(const char* v, double* out) {
-  char* end = nullptr;
-  errno = 0;
-  *out = std::strtod(v, &end);
-  return end != v && *end == '\0' && errno == 0;
+  T x;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    x = std::strtoll(v, &end, 10);
+  } else {
+    x = std::strtod(v, &end);
+  }
+  if (end == v || *end != '\0' || errno != 0) usage("bad value for " + flag + ": " + v, 1);
+  return x;
 }
 
 template <typename Duration>

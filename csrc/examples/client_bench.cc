@@ -71,12 +71,6 @@ struct Args {
   std::exit(status);
 }
 
-int64_t parse_int(const std::string& flag, const char* v) {
-  int64_t x = 0;
-  if (!zrl::bench::parse_int(v, &x)) usage("bad value for " + flag + ": " + v);
-  return x;
-}
-
 Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -85,13 +79,13 @@ Args parse_args(int argc, char** argv) {
     if (i + 1 >= argc) usage("missing value for " + flag);
     const char* v = argv[++i];
     if (flag == "--endpoint") a.endpoint = v;
-    else if (flag == "--steps") a.steps = parse_int(flag, v);
-    else if (flag == "--warmup") a.warmup = parse_int(flag, v);
+    else if (flag == "--steps") a.steps = zrl::bench::number_arg<int64_t>(flag, v, usage);
+    else if (flag == "--warmup") a.warmup = zrl::bench::number_arg<int64_t>(flag, v, usage);
     else if (flag == "--out") a.out = v;
     else if (flag == "--mode") a.mode = v;
-    else if (flag == "--obs-dim") a.obs_dim = parse_int(flag, v);
-    else if (flag == "--actions") a.actions = parse_int(flag, v);
-    else if (flag == "--timeout-ms") a.timeout_ms = parse_int(flag, v);
+    else if (flag == "--obs-dim") a.obs_dim = zrl::bench::number_arg<int64_t>(flag, v, usage);
+    else if (flag == "--actions") a.actions = zrl::bench::number_arg<int64_t>(flag, v, usage);
+    else if (flag == "--timeout-ms") a.timeout_ms = zrl::bench::number_arg<int64_t>(flag, v, usage);
     else usage("unknown option " + flag);
   }
   if (a.endpoint.empty() || a.out.empty()) usage("--endpoint and --out are required");
