@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from zrl import __version__
-from zrl.bench import BENCHMARKS, BenchUnavailable
+from zrl.bench import ALIASES, BENCHMARKS, BenchUnavailable
 from zrl.config import ConfigError, load_config
 from zrl.protocol.endpoints import endpoint_problem
 
@@ -425,40 +425,63 @@ def _seed_list(ctx, param, value):
     return seeds
 
 
-@main.command(help=f"Run benchmark NAME ({', '.join(BENCHMARKS)}) or all of them, side by side with their references; bench/README.md says what each measures.")
-@click.argument("name", type=click.Choice([*BENCHMARKS, "all"]), metavar="NAME")
+# The games of `zrl bench atari --game` (zrl.bench.atari.GAMES, the first its default), named here
+# for the same reason; tests/bench/test_bench_atari.py holds them equal.
+ATARI_GAMES = ("pong", "breakout")
+
+
+@main.command(help=f"Run benchmark NAME ({', '.join(BENCHMARKS)}) or all of them, side by side with their references; "
+                   "`pong` is `atari --game pong`. bench/README.md says what each measures.")
+@click.argument("name", type=click.Choice([*BENCHMARKS, *ALIASES, "all"]), metavar="NAME")
 @click.option("--out", type=click.Path(file_okay=False), default="bench/out", show_default=True, help="Where JSON and Markdown results go.")
 @click.option("--quick", is_flag=True, help="Small sizes and few repeats (a smoke test, not a measurement).")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed repeats of each measurement (figures are their median).")
 @click.option("--seconds", type=click.FloatRange(min=10), default=None,
-              help="Length of the timed runs of pong and soak (default 600; --quick: 90 and 40). A slower CPU "
-                   "needs longer to see Pong's return rise: bench/README.md.")
+              help="Length of each timed run of atari and soak (default 3600 and 600; --quick: 90 and 40).")
 @click.option("--task", type=click.Choice(LEARNING_TASKS), default=None,
               help=f"learning only: the env and configs to measure (default {LEARNING_TASKS[0]}); each writes "
                    "learning_TASK.json (cartpole: learning.json).")
+@click.option("--game", type=click.Choice(ATARI_GAMES), default=None,
+              help=f"atari only: the game (default {ATARI_GAMES[0]}); writes atari_GAME.json, .md and .png.")
+@click.option("--reference", type=click.Choice(["sb3", "none"]), default=None,
+              help="atari only: sb3 also runs SB3 PPO with rl-zoo's Atari settings for the same wall time (default none).")
 @click.option("--seeds", default=None, callback=_seed_list, metavar="S[,S...]",
-              help="learning only: the seeds (default: the task's own; --quick: its first).")
-def bench(name, out, quick, repeats, seconds, task, seeds):
+              help="learning and atari only: the seeds (default: the task's own, atari's 1,2; --quick: the first).")
+def bench(name, out, quick, repeats, seconds, task, game, reference, seeds):
     from zrl.bench.runner import check_seconds, run_benchmarks  # lazy: the harness (subprocess, statistics) would slow every command's start-up
 
+    name, implied = ALIASES.get(name, (name, {}))
+    game = game or implied.get("game")
     try:
         check_seconds(name, seconds)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    if name != "learning" and (task is not None or seeds is not None):
-        raise click.UsageError(f"--task and --seeds choose what the learning benchmark runs; {name} has neither")
-    selection = contextlib.nullcontext()
-    if name == "learning":
-        from zrl.bench.learning import chosen  # lazy: imports tensorboard
-
-        selection = chosen(task or LEARNING_TASKS[0], seeds)
+    if name != "learning" and task is not None:
+        raise click.UsageError(f"--task chooses what the learning benchmark runs; {name} has none")
+    if name != "atari" and (game is not None or reference is not None):
+        raise click.UsageError(f"--game and --reference choose what the atari benchmark runs; {name} has neither")
+    if name not in ("learning", "atari") and seeds is not None:
+        raise click.UsageError(f"--seeds chooses the learning and atari benchmarks' seeds; {name} has none")
     _sigterm_as_interrupt()
     try:
-        with selection:
+        with _bench_selection(name, task, game, reference, seeds):
             run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
     except BenchUnavailable as e:
         raise click.ClickException(str(e)) from None
+
+
+def _bench_selection(name: str, task, game, reference, seeds):
+    """What the learning or atari benchmark measures within it (its `chosen`)."""
+    if name == "learning":
+        from zrl.bench.learning import chosen  # lazy: imports tensorboard
+
+        return chosen(task or LEARNING_TASKS[0], seeds)
+    if name == "atari":
+        from zrl.bench.atari import chosen as chosen_game  # lazy: imports tensorboard
+
+        return chosen_game(game or ATARI_GAMES[0], seeds, reference or "none")
+    return contextlib.nullcontext()
 
 
 def _process_start_time() -> float:

@@ -192,7 +192,9 @@ def test_zrl_bench_chooses_the_learning_task_and_seeds_and_refuses_them_elsewher
     assert seen == [("learning", ("pendulum", (4, 5))), ("learning", ("cartpole", None))]
     assert learning._chosen == ("cartpole", None)  # (restored)
     r = invoke("kernels", "--task", "pendulum")
-    assert r.exit_code == 2 and "--task and --seeds choose what the learning benchmark runs; kernels has neither" in r.output
+    assert r.exit_code == 2 and "--task chooses what the learning benchmark runs; kernels has none" in r.output
+    r = invoke("kernels", "--seeds", "1")
+    assert r.exit_code == 2 and "--seeds chooses the learning and atari benchmarks' seeds; kernels has none" in r.output
     r = invoke("learning", "--seeds", "1,x")
     assert r.exit_code == 2 and "expected comma-separated integers" in r.output
     with pytest.raises(ValueError, match="unknown learning task 'nosuch'"):

@@ -22,7 +22,8 @@ def test_cpp_cartpole_sim_trains_through_the_agent_server(tmp_path):
         endpoint = re.search(r"on (tcp://[0-9.]+:\d+)", line).group(1)
         p = subprocess.run([str(sim), "--endpoint", endpoint, "--envs", "16", "--target", "195", "--max-seconds", "280", "--seed", "1"],
                            capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:] + run.output[-3000:]
+        # (On failure: how both began as well as how they ended, for a run that never learned.)
+        assert p.returncode == 0, "\n...\n".join([p.stdout[:1500], p.stdout[-2500:], p.stderr[-2000:], run.output[:4000], run.output[-3000:]])
         assert "reached" in p.stdout or "195" in p.stdout
         os.killpg(run.p.pid, signal.SIGINT)
         assert run.wait(60) == 130, run.output[-3000:]  # stopped by Ctrl-C

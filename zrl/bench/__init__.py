@@ -9,17 +9,20 @@ root defines every figure and keeps the latest tables.
 """
 from __future__ import annotations
 
-# name -> module under zrl.bench; each module has `run(opts) -> BenchResult`.
+# name -> module under zrl.bench; each module has `run(opts) -> BenchResult`. (`zrl bench
+# pong` is `zrl bench atari --game pong`: ALIASES.)
 BENCHMARKS: dict[str, str] = {
     "kernels": "zrl.bench.kernels",
     "client": "zrl.bench.client",
     "soak": "zrl.bench.soak",
     "pipeline": "zrl.bench.pipeline",
     "learning": "zrl.bench.learning",
-    "pong": "zrl.bench.pong",
+    "atari": "zrl.bench.atari",
     "replay": "zrl.bench.replay",
     "transport": "zrl.bench.transport",
 }
+
+ALIASES: dict[str, tuple[str, dict]] = {"pong": ("atari", {"game": "pong"})}
 
 
 class BenchUnavailable(RuntimeError):

@@ -30,11 +30,11 @@ class BenchOptions:
     out: Path
     quick: bool = False  # smaller sizes and fewer repeats, for smoke tests
     repeats: int = 5
-    seconds: float | None = None  # how long a timed run lasts (pong, soak); None: the benchmark's own
+    seconds: float | None = None  # how long a timed run lasts (atari, soak); None: the benchmark's own
 
 
 # The benchmarks that are one run of a set length, which `zrl bench --seconds` sets.
-TIMED = ("pong", "soak")
+TIMED = ("atari", "soak")
 
 
 def start_group(argv: list[str], cwd: Path | str) -> subprocess.Popen:

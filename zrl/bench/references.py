@@ -1,4 +1,4 @@
-"""The Stable-Baselines3 references of `zrl bench learning`, with rl-baselines3-zoo's
+"""The Stable-Baselines3 references of `zrl bench learning` and `zrl bench atari`, with rl-baselines3-zoo's
 hyper-parameters (rl_zoo3's hyperparams/ppo.yml and sac.yml) for their envs.
 
 Each reference is a Python script run in a subprocess of its own, so its time, like
@@ -151,6 +151,28 @@ model = SAC("MlpPolicy", env, learning_starts=10_000, seed=seed, verbose=0, devi
 model.learn(total_timesteps=1_000_000, callback=watch)
 '''
 
+# PPO, Atari (rl_zoo3's hyperparams/ppo.yml, "atari"): 8 envs (DummyVecEnv), 4 stacked frames,
+# n_steps 128, 4 epochs, batch 256, learning rate and clip range linear from 2.5e-4 / 0.1
+# over its n_timesteps (1e7), vf_coef 0.5, ent_coef 0.01. The env is zrl's: make_atari_env
+# with the ALE's own frame skip off and AtariWrapper's (max-pooled) in its place.
+_PPO_ATARI = r'''
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage
+import ale_py, gymnasium
+gymnasium.register_envs(ale_py)
+env_kw = {"frameskip": 1, "repeat_action_probability": args["repeat_action_probability"], "full_action_space": False,
+          "max_num_frames_per_episode": args["max_episode_frames"]}
+wrapper_kw = {"noop_max": args["noop_max"], "frame_skip": args["frame_skip"], "screen_size": args["screen_size"],
+              "terminal_on_life_loss": args["episodic_life"], "clip_reward": True}
+env = VecTransposeImage(VecFrameStack(make_atari_env(env_id, n_envs=8, seed=seed, env_kwargs=env_kw, wrapper_kwargs=wrapper_kw),
+                                      n_stack=args["frame_stack"]))
+lin = lambda v: (lambda progress_remaining: progress_remaining * v)
+model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=lin(2.5e-4), clip_range=lin(0.1),
+            vf_coef=0.5, ent_coef=0.01, seed=seed, verbose=0, device="auto")
+model.learn(total_timesteps=10_000_000, callback=watch)
+'''
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -171,7 +193,10 @@ PPO_ACROBOT = Reference("SB3 PPO (rl-zoo)", _HEAD + _PPO_ACROBOT + _REPORT_TIME,
                         "SB3 PPO, rl-baselines3-zoo's Acrobot-v1 settings (VecNormalize; also stops at their 1M steps)")
 SAC_HALFCHEETAH = Reference("SB3 SAC (rl-zoo)", _HEAD + _SAC_HALFCHEETAH + _REPORT_GREEDY,
                             "SB3 SAC, rl-baselines3-zoo's HalfCheetah settings (learning_starts 1e4)")
-REFERENCES = (PPO_CARTPOLE, SAC_PENDULUM, PPO_LUNARLANDER, PPO_ACROBOT, SAC_HALFCHEETAH)
+PPO_ATARI = Reference("SB3 PPO (rl-zoo)", _HEAD + _PPO_ATARI + _REPORT_TIME,
+                      "SB3 PPO, rl-baselines3-zoo's Atari settings (8 envs, n_steps 128, 4 epochs, batch 256, lr and clip "
+                      "linear from 2.5e-4 and 0.1, ent_coef 0.01), on zrl's env settings")
+REFERENCES = (PPO_CARTPOLE, SAC_PENDULUM, PPO_LUNARLANDER, PPO_ACROBOT, SAC_HALFCHEETAH, PPO_ATARI)
 
 
 def sb3_installed() -> bool:

@@ -15,7 +15,7 @@ def check_seconds(name: str, seconds: float | None) -> None:
 
 
 def run_benchmarks(name: str, out: str | Path, quick: bool = False, repeats: int = 5, seconds: float | None = None) -> list:
-    """seconds: the length of the timed runs (pong, soak: TIMED); ValueError for a benchmark
+    """seconds: the length of the timed runs (atari, soak: TIMED); ValueError for a benchmark
     that has none."""
     names = list(BENCHMARKS) if name == "all" else [name]
     unknown = [n for n in names if n not in BENCHMARKS]

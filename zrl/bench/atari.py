@@ -1,0 +1,173 @@
+"""`zrl bench atari --game NAME`: how fast zrl's shipped Atari configs learn a game, per minute
+of wall time, beside Stable-Baselines3 PPO with rl-baselines3-zoo's Atari settings.
+
+Each shipped config of the game (GAMES) runs through `zrl run --config C --seed S
+--max-seconds T` (`--seconds`, default 3600; `--quick`: 90), with `run.return_window:
+WINDOW`; then, with `--reference sb3`, SB3 PPO runs for the same wall time. Runs go one
+after another, never side by side, seeds interleaved. The reference plays the same env
+as the first config: the same ALE game and version, sticky actions, frame skip (with
+max-pooling), no-op starts, episode ends at a lost life or not, 84x84 grayscale frames
+stacked 4, its episode returns the game's unclipped score as zrl's are.
+
+Rows: one per run and minute, (system, seed, seconds, env_frames, mean_return), the
+mean return of the last WINDOW episodes at the end of that minute (None before the
+first episode ends); frames are emulator frames (env steps x frame skip). Curves go
+to DIR/atari_GAME.png; `zrl bench pong` is `zrl bench atari --game pong`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from zrl.bench import references
+from zrl.bench.harness import BenchOptions, BenchResult, run_group
+from zrl.bench.learning import config_problem, plot, read_curve
+from zrl.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+WINDOW = 20  # episodes in each mean return (a Pong game is long: 100 would lag by minutes)
+CURVE_LOG_S = 10.0  # the learner's log interval in these runs (its TensorBoard points)
+
+
+@dataclass(frozen=True)
+class Game:
+    """One Atari game: its env id and the shipped configs that train on it, the first the
+    one whose env settings the reference copies."""
+
+    env_id: str
+    configs: tuple[str, ...]
+
+
+GAMES: dict[str, Game] = {
+    "pong": Game("ALE/Pong-v5", ("pong_impala", "pong_apex")),
+    "breakout": Game("ALE/Breakout-v5", ("breakout_impala",)),
+}
+REFERENCE_CHOICES = ("sb3", "none")
+
+# The game, seeds (None: 1 and 2; --quick: 1) and reference that `run` measures; `chosen` sets them.
+_chosen: tuple[str, tuple[int, ...] | None, str] = ("pong", None, "none")
+
+
+@contextlib.contextmanager
+def chosen(game: str = "pong", seeds: tuple[int, ...] | None = None, reference: str = "none"):
+    """Within it, `run` (what `zrl bench atari` calls) measures `game` on `seeds` beside `reference`."""
+    global _chosen
+    if game not in GAMES:
+        raise ValueError(f"unknown Atari game {game!r} (known: {', '.join(GAMES)})")
+    if reference not in REFERENCE_CHOICES:
+        raise ValueError(f"unknown reference {reference!r} (known: {', '.join(REFERENCE_CHOICES)})")
+    before, _chosen = _chosen, (game, tuple(seeds) if seeds else None, reference)
+    try:
+        yield
+    finally:
+        _chosen = before
+
+
+def env_settings(config: str) -> dict:
+    """What the reference needs to play configs/CONFIG.yaml's env as zrl does."""
+    env = load_config(ROOT / "configs" / f"{config}.yaml").env
+    return {"repeat_action_probability": env.repeat_action_probability, "frame_skip": env.frame_skip,
+            "noop_max": env.noop_max, "frame_stack": env.frame_stack, "screen_size": env.screen_size,
+            "episodic_life": env.episodic_life, "max_episode_frames": env.max_episode_frames}
+
+
+def describe_env(s: dict) -> str:
+    return (f"sticky actions {s['repeat_action_probability']:g}, frame skip {s['frame_skip']} (max-pooled), "
+            f"up to {s['noop_max']} no-ops, {s['screen_size']}x{s['screen_size']} grayscale x{s['frame_stack']}, "
+            f"a lost life {'ends' if s['episodic_life'] else 'does not end'} an episode, "
+            f"at most {s['max_episode_frames']} frames an episode, minimal action set")
+
+
+def zrl_seed(config: str, seed: int, seconds: float) -> dict:
+    """One `zrl run` of configs/CONFIG.yaml for `seconds`: its curve ([s, env steps, mean
+    return]), its progress ([s, env steps, env steps/s], logged before any episode ends)
+    and env steps; {"failed": why} if it fails."""
+    with tempfile.TemporaryDirectory(prefix="zrl-atari-") as d:
+        argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / f"{config}.yaml"), "--seed", str(seed),
+                "--logdir", d, "--max-seconds", str(seconds), "--no-live", "-o", "run.stop_at_return=null",
+                "-o", f"run.return_window={WINDOW}", "-o", f"learner.log_interval_s={CURVE_LOG_S}",
+                "-o", "learner.checkpoint_interval_s=1e6"]
+        try:
+            code = run_group(argv, ROOT, timeout=seconds + 300)
+        except subprocess.TimeoutExpired:
+            return {"seed": seed, "failed": f"zrl run ran past {seconds + 300:g} s"}
+        summary = Path(d) / "summary.json"
+        if code != 0 or not summary.exists():
+            return {"seed": seed, "failed": f"zrl run exited with {code}"}
+        s = json.loads(summary.read_text())
+        t0 = s["started_at_unix"]
+        return {"seed": seed, "env_steps": s["env_steps"], "curve": read_curve(d, "episode/return", t0),
+                "progress": read_curve(d, "perf/env_steps_per_s", t0)}
+
+
+def reference_seed(game: Game, env: dict, seed: int, seconds: float) -> dict:
+    args = {"seed": seed, "env_id": game.env_id, "window": WINDOW, "max_s": seconds, **env}
+    return {"seed": seed, **references.run_reference(references.PPO_ATARI, args, timeout=seconds + 600)}
+
+
+def per_minute(curve: list, seconds: float, progress: list = ()) -> list[tuple[int, int, float | None]]:
+    """(seconds, env steps, mean return) at the end of each whole minute of the run: the last
+    return of `curve` ([s, env steps, mean return] points) by then (None before its first),
+    and the most env steps either it or `progress` ([s, env steps, ...] points logged
+    whether or not an episode ended) had counted by then."""
+    rows = []
+    for minute in range(1, int(seconds // 60) + 1):
+        by_then = [p for p in curve if p[0] <= 60 * minute]
+        steps = max([p[1] for p in by_then] + [p[1] for p in progress if p[0] <= 60 * minute], default=0)
+        rows.append((60 * minute, steps, by_then[-1][2] if by_then else None))
+    return rows
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    name, seeds, reference = _chosen
+    return measure(name, opts, seeds, reference)
+
+
+def measure(name: str, opts: BenchOptions, seeds: tuple[int, ...] | None = None, reference: str = "none") -> BenchResult:
+    game = GAMES[name]
+    seconds = opts.seconds or (90.0 if opts.quick else 3600.0)
+    seeds = list(seeds or ((1,) if opts.quick else (1, 2)))
+    result = BenchResult(name=f"atari_{name}", title=f"{game.env_id}: mean return of the last {WINDOW} episodes, per minute of a {seconds:.0f} s run",
+                         columns=["system", "seed", "seconds", "env_frames", "mean_return"])
+    configs = []
+    for config in game.configs:
+        problem = config_problem(game, config)
+        if problem:
+            result.notes.append(problem)
+        else:
+            configs.append(config)
+    if not configs:
+        return result
+    env = env_settings(configs[0])
+    runs: dict[str, list[dict]] = {}
+    for seed in seeds:
+        for config in configs:
+            add_run(result, runs, f"zrl {config}", zrl_seed(config, seed, seconds), seconds, frame_skip=load_config(ROOT / "configs" / f"{config}.yaml").env.frame_skip)
+        if reference == "sb3":
+            if not references.sb3_installed():
+                result.notes.append("stable-baselines3 is not installed (pip install -e .[bench]): no reference.")
+                reference = "none"
+            else:
+                add_run(result, runs, references.PPO_ATARI.system, reference_seed(game, env, seed, seconds), seconds, frame_skip=env["frame_skip"])
+    result.notes.append(f"Env (every system): {game.env_id}, {describe_env(env)}.")
+    if reference == "sb3":
+        result.notes.append(f"Reference: {references.PPO_ATARI.settings}; run after zrl's, for the same wall time.")
+    if plot(runs, opts.out / f"atari_{name}.png", f"{game.env_id}, {seconds / 60:.0f}-minute runs", WINDOW):
+        result.notes.append(f"Curves: atari_{name}.png (beside this table)")
+    result.extra["runs"] = runs
+    return result
+
+
+def add_run(result: BenchResult, runs: dict[str, list[dict]], system: str, run: dict, seconds: float, frame_skip: int) -> None:
+    """One run's rows (a failed run: a note), and its curve for the plot."""
+    runs.setdefault(system, []).append(run)
+    if "failed" in run:
+        result.notes.append(f"{system}, seed {run['seed']}: failed ({run['failed']}).")
+        return
+    for at, steps, mean in per_minute(run["curve"], seconds, run.get("progress", ())):
+        result.add(system=system, seed=run["seed"], seconds=at, env_frames=steps * frame_skip, mean_return=mean)
