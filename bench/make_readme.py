@@ -415,7 +415,20 @@ defaults otherwise) each train for 15 minutes on HalfCheetah-v5, seeds 1
 and 2, one run after another on the same machine, then play 5 greedy
 episodes (zrl: `zrl eval` of the last checkpoint, SB3: `predict(...,
 deterministic=True)`). The table gives their mean returns side by side."""),
-    ("pong", """## pong: a short IMPALA run on Pong
+    ("atari_pong", """## atari_pong: Pong learned per minute, beside SB3 PPO
+
+`zrl bench atari --game pong --seconds S --seeds 1,2 --reference sb3`
+(`zrl bench pong` is `zrl bench atari --game pong`): each shipped Pong config
+(`configs/pong_impala.yaml`; `pong_apex` once it exists) trains through
+`zrl run` for S seconds, then Stable-Baselines3 PPO with rl-baselines3-zoo's
+Atari settings trains for the same wall time on the same env settings
+(listed under the table), one run after another, seeds interleaved. Rows:
+the mean return of the last 20 episodes (game score, unclipped) and the
+emulator frames seen, at the end of each minute from the command's start
+(start-up included). Targets (issue 46, on an AVX2-only 2-core machine):
++10 within 60 minutes (+18 on the AVX-512 one), the median of seeds 1 and
+2."""),
+    ("pong", """## pong (kept): short IMPALA runs on Pong, before `zrl bench atari`
 
 `configs/pong_impala.yaml` (shallow CNN; 2 actors x 24 envs, the policy
 acting on the first 8 ready; acting in int8, `actor.int8_torso: auto`: 8-bit
@@ -423,8 +436,9 @@ activations and int8 weights, in zrl's own kernels on CPUs with AVX-512 VNNI
 or AVX2; CPU learner with bf16 forward passes where the CPU does bf16
 natively: `learner.precision` auto) for a few minutes: the mean episode
 return (game score, unclipped) over time, and frames/s (a step is 4 emulator
-frames). Random play scores about -20.5. `zrl bench pong` runs 10 minutes;
-`--seconds` sets another length.
+frames). Random play scores about -20.5. These runs came from the
+`zrl bench pong` of 11-24 to 11-27 (10 minutes by default), which
+`zrl bench atari` replaced.
 
 **The table below (11-27, 09:06-09:26 UTC): 20 minutes on the AVX-512 EPYC
 (Zen 4), -20.4 -> -1.7** (`zrl bench pong --seconds 1200`; 11.1k
@@ -587,6 +601,7 @@ Growth compares the first and last fifths of the samples after a warm-up
 
 # The sections whose output another command than `zrl bench NAME` writes.
 RUN_COMMANDS = {
+    "atari_pong": "zrl bench atari --game pong --seeds 1,2 --reference sb3",
     "learning_pendulum": "zrl bench learning --task pendulum",
     "learning_lunarlander": "zrl bench learning --task lunarlander",
     "learning_acrobot": "zrl bench learning --task acrobot",

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = (spaces.BoxSpec((4,), "float32"), spaces.DiscreteSpec(2))
 PENDULUM = (spaces.BoxSpec((3,), "float32"), spaces.BoxSpec((1,), "float32", -2.0, 2.0))
 FRAMES = (spaces.BoxSpec((4, 24, 24), "uint8", 0.0, 255.0), spaces.DiscreteSpec(6))  # small Atari-like frames
+PER_ELEMENT = (spaces.BoxSpec((3,), "float32"), spaces.BoxSpec((2,), "float32", (-1.0, 0.0), (1.0, 5.0)))  # bounds per action element
 
 # name: (shipped config, overrides, specs)
 POLICIES = {
@@ -27,6 +28,8 @@ POLICIES = {
     "ppo_gaussian_normalized": ("cartpole_ppo", ["env.id=Pendulum-v1", "model.normalize_obs=true"], PENDULUM),
     "impala_lstm_gaussian_normalized": ("cartpole_impala", ["env.id=Pendulum-v1", "model.normalize_obs=true", "model.lstm_size=16"], PENDULUM),
     "sac_tanh": ("pendulum_sac", [], PENDULUM),
+    "ppo_gaussian_per_element": ("cartpole_ppo", ["env.id=Pendulum-v1"], PER_ELEMENT),
+    "sac_per_element": ("pendulum_sac", [], PER_ELEMENT),
     "apex_mlp": ("cartpole_apex", [], CARTPOLE),
 }
 

@@ -59,6 +59,22 @@ def test_a_gaussian_policy_acts_with_its_normalised_mean_clipped_to_the_bounds(s
     np.testing.assert_allclose(agent.act(obs), np.clip(mean, -2.0, 2.0), rtol=1e-5, atol=1e-6)
 
 
+def test_per_element_bounds_clip_and_rescale_each_element_to_its_own(saved):
+    low, high = np.array([-1.0, 0.0]), np.array([1.0, 5.0])
+    logdir = saved("ppo_gaussian_per_element")
+    agent, model = zrl.load(logdir), restore(logdir).model
+    obs = random_inputs(agent, 256)[0] * 3
+    with torch.no_grad():
+        mean = model.head.mean(model.pi_torso(torch.from_numpy(obs))).numpy()
+    assert ((mean < low) | (mean > high)).any() and ((mean > low) & (mean < high)).any(), "the test needs both"
+    np.testing.assert_allclose(agent.act(obs), np.clip(mean, low, high), rtol=1e-5, atol=1e-6)
+    assert ((s := agent.act(obs, deterministic=False)) >= low).all() and (s <= high).all()
+    sac = zrl.load(saved("sac_per_element"))
+    with torch.no_grad():
+        sac_mean = restore(saved("sac_per_element")).model(torch.from_numpy(obs))[0].numpy()
+    np.testing.assert_allclose(sac.act(obs), low + (np.tanh(sac_mean) + 1.0) / 2 * (high - low), rtol=1e-5, atol=1e-5)
+
+
 def test_sac_acts_with_the_tanh_of_its_mean_rescaled_to_the_bounds(saved):
     logdir = saved("sac_tanh")
     agent, model = zrl.load(logdir), restore(logdir).model

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(90)
 
 # The ONNX exporter takes seconds per policy: these cover MLP and CNN torsos, Discrete and Box
 # actions (a Gaussian's and SAC's), normalised observations and an LSTM.
-ONNX_POLICIES = ["impala_cnn", "impala_lstm_gaussian_normalized", "sac_tanh"]
+ONNX_POLICIES = ["impala_cnn", "impala_lstm_gaussian_normalized", "sac_tanh", "ppo_gaussian_per_element"]
 
 
 def assert_parity(agent, path, fmt):

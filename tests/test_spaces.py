@@ -73,3 +73,27 @@ def test_read_hello_turns_an_overflowing_spec_into_hello_invalid():
         msg = wire.decode(wire.encode(wire.Kind.HELLO, meta=m, seq=1))
         with pytest.raises(wire.HelloInvalid, match="bad space spec"):
             wire.read_hello(msg, "learner")
+
+
+def test_per_element_bounds_round_trip_and_collapse_where_they_agree():
+    d = {"type": "box", "shape": [3], "dtype": "float32", "low": [-1.0, 0.0, None], "high": [1.0, 1.0, 1.0]}
+    spec = spaces.from_json(json.loads(json.dumps(d)))
+    assert spec.low == (-1.0, 0.0, None) and spec.high == 1.0 and spec.per_element
+    assert spec.to_json() == {**d, "high": 1.0}
+    np.testing.assert_array_equal(spec.bound_array("low"), [-1.0, 0.0, -np.inf])
+    np.testing.assert_array_equal(spaces.BoxSpec((2, 2)).bound_array("high"), np.full((2, 2), np.inf))
+    assert spaces.from_json({**d, "low": [0.5, 0.5, 0.5]}).low == 0.5  # (all alike: one for every element)
+    with pytest.raises(spaces.SpecError, match="a list of 3"):
+        spaces.from_json({**d, "low": [0.0, 0.0]})
+    with pytest.raises(spaces.SpecError, match="low must be finite"):
+        spaces.from_json(json.loads('{"type":"box","shape":[2],"low":[0, Infinity]}'))
+
+
+def test_a_gym_action_box_keeps_its_per_element_bounds_and_an_observation_box_does_not():
+    import gymnasium as gym
+
+    box = gym.spaces.Box(low=np.array([-1.0, 0.0, 0.0], np.float32), high=np.array([1.0, 1.0, 1.0], np.float32))
+    assert spaces.from_gym(box, per_element_bounds=True) == spaces.BoxSpec((3,), "float32", low=(-1.0, 0.0, 0.0), high=1.0)
+    assert spaces.from_gym(box) == spaces.BoxSpec((3,), "float32", low=None, high=1.0)
+    uniform = gym.spaces.Box(-2.0, 2.0, (4,), np.float32)
+    assert spaces.from_gym(uniform, per_element_bounds=True) == spaces.from_gym(uniform) == spaces.BoxSpec((4,), low=-2.0, high=2.0)

@@ -86,10 +86,11 @@ def random_inputs(agent: Agent, n: int, seed: int = 0) -> list[np.ndarray]:
     shape = (n, *spec.shape)
     if spec.np_dtype == np.uint8:
         obs = rng.integers(0, 256, shape, dtype=np.uint8)
-    elif spec.low is not None and spec.high is not None:
-        obs = rng.uniform(spec.low, spec.high, shape)
-    else:
-        obs = rng.normal(0.0, 2.0, shape)
+    else:  # uniform within the bounds where an element has both, else around 0
+        low, high = spec.bound_array("low"), spec.bound_array("high")
+        bounded = np.isfinite(low) & np.isfinite(high)
+        obs = np.where(bounded, rng.uniform(np.where(bounded, low, 0.0), np.where(bounded, high, 1.0), shape),
+                       rng.normal(0.0, 2.0, shape))
     inputs = [obs.astype(spec.np_dtype)]
     if agent.recurrent:
         inputs += [rng.normal(0.0, 0.5, (n, agent.lstm_size)).astype(np.float32) for _ in range(2)]

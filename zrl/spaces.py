@@ -21,14 +21,19 @@ class SpecError(ValueError):
     pass
 
 
+# A side of a Box's bounds: one for every element (a float), one per element in C order (a
+# tuple of floats, None where that element has none), or none (None).
+Bound = Union[float, tuple, None]
+
+
 @dataclass(frozen=True)
 class BoxSpec:
     """A tensor of fixed shape and dtype, with optional element-wise bounds."""
 
     shape: tuple[int, ...]
     dtype: str = "float32"
-    low: float | None = None  # a scalar bound; per-element bounds are not needed on the wire
-    high: float | None = None
+    low: Bound = None  # (an action Box's bounds may differ per element; an observation's are kept scalar: from_gym)
+    high: Bound = None
 
     def __post_init__(self):
         if self.dtype not in OBS_DTYPES:
@@ -39,14 +44,27 @@ class BoxSpec:
         for side in ("low", "high"):
             v = getattr(self, side)
             if v is not None:
-                object.__setattr__(self, side, _bound(v, side))
+                object.__setattr__(self, side, _bounds(v, side, math.prod(self.shape)))
 
     @property
     def np_dtype(self) -> np.dtype:
         return np.dtype(self.dtype)
 
+    @property
+    def per_element(self) -> bool:
+        """Whether the bounds differ from element to element."""
+        return isinstance(self.low, tuple) or isinstance(self.high, tuple)
+
+    def bound_array(self, side: str) -> np.ndarray:
+        """One side's bounds as float64 [*shape]: -inf (low) or +inf (high) where there is none."""
+        v, none = getattr(self, side), (-math.inf if side == "low" else math.inf)
+        if isinstance(v, tuple):
+            return np.array([none if x is None else x for x in v], np.float64).reshape(self.shape)
+        return np.full(self.shape, none if v is None else v, np.float64)
+
     def to_json(self) -> dict[str, Any]:
-        return {"type": "box", "shape": list(self.shape), "dtype": self.dtype, "low": self.low, "high": self.high}
+        side = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731
+        return {"type": "box", "shape": list(self.shape), "dtype": self.dtype, "low": side(self.low), "high": side(self.high)}
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,19 @@ def _bound(x: Any, side: str) -> float | None:
     return v
 
 
+def _bounds(x: Any, side: str, n: int) -> Bound:
+    """A side's bounds: a number or null (_bound) for every element, or a list of n of them, one
+    per element in C order, kept as a tuple (a scalar where they all agree)."""
+    if isinstance(x, np.ndarray):
+        x = x.reshape(-1).tolist()
+    if not isinstance(x, (list, tuple)):
+        return _bound(x, side)
+    if len(x) != n:
+        raise SpecError(f"{side} must be a number, null, or a list of {n} (one per element), got {_short(x)}")
+    per = tuple(_bound(v, side) for v in x)
+    return per[0] if len(set(per)) == 1 else per
+
+
 def _dtype(x: Any) -> str:
     if isinstance(x, np.dtype):
         x = x.name
@@ -146,7 +177,7 @@ def from_json(d: Any) -> Spec:
             return BoxSpec(
                 shape=dims,
                 dtype=_dtype(d.get("dtype", "float32")),
-                low=d.get("low"),  # (BoxSpec reads its bounds: _bound)
+                low=d.get("low"),  # (BoxSpec reads its bounds: _bounds)
                 high=d.get("high"),
             )
     except (KeyError, TypeError, ValueError, OverflowError) as e:
@@ -158,8 +189,11 @@ def from_json(d: Any) -> Spec:
     raise SpecError(f"unknown space type {_short(kind)} (known: box, discrete)")
 
 
-def from_gym(space) -> Spec:
-    """The spec of a gymnasium space (Box or Discrete)."""
+def from_gym(space, per_element_bounds: bool = False) -> Spec:
+    """The spec of a gymnasium space (Box or Discrete). A Box whose bounds differ from element
+    to element keeps them with `per_element_bounds` (an action space: the agent and exported
+    policies clip to them, SAC rescales to them), else has none on that side (an observation
+    space: its bounds are not needed, and per element they could be many)."""
     import gymnasium as gym  # lazy: slow to import, and only gymnasium spaces need it
 
     if isinstance(space, gym.spaces.Discrete):
@@ -167,8 +201,11 @@ def from_gym(space) -> Spec:
             raise SpecError(f"Discrete spaces must start at 0, got start={space.start}")
         return DiscreteSpec(n=int(space.n))
     if isinstance(space, gym.spaces.Box):
+        shape = tuple(int(x) for x in space.shape)
+        if per_element_bounds:
+            return BoxSpec(shape=shape, dtype=str(space.dtype), low=space.low, high=space.high)
         low = np.unique(space.low)
         high = np.unique(space.high)
         scalar = lambda u: float(u[0]) if len(u) == 1 and np.isfinite(u[0]) else None  # noqa: E731
-        return BoxSpec(shape=tuple(int(x) for x in space.shape), dtype=str(space.dtype), low=scalar(low), high=scalar(high))
+        return BoxSpec(shape=shape, dtype=str(space.dtype), low=scalar(low), high=scalar(high))
     raise SpecError(f"unsupported gymnasium space {space!r} (zrl handles Box and Discrete)")

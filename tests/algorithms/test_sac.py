@@ -103,8 +103,10 @@ def test_actions_stay_in_the_bounds_random_until_trained_weights_arrive():
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("act, why", [
     (spaces.DiscreteSpec(3), "needs a Box action space"),
-    (spaces.BoxSpec((2,), "float32", low=None, high=1.0), "has none on one side"),
-    (spaces.BoxSpec((2,), "float32", low=-1.0, high=None), "has none on one side"),
+    (spaces.BoxSpec((2,), "float32", low=None, high=1.0), "lacks one for some element"),
+    (spaces.BoxSpec((2,), "float32", low=-1.0, high=None), "lacks one for some element"),
+    (spaces.BoxSpec((2,), "float32", low=[-1.0, None], high=1.0), "lacks one for some element"),
+    (spaces.BoxSpec((2,), "float32", low=[-1.0, 2.0], high=1.0), "low < high for every element"),
 ])
 def test_it_refuses_discrete_and_unbounded_actions(act, why):
     with pytest.raises(ValueError, match=why):
@@ -247,3 +249,17 @@ def test_a_checkpoint_carries_the_critics_targets_alpha_and_optimiser():
 def test_pendulum_config_learns(tmp_path):
     """The learning test: `zrl run` with the shipped config, to a modest bound."""
     run_to_return(PENDULUM, -600, tmp_path, max_seconds=150)
+
+
+@pytest.mark.timeout(30)
+def test_per_element_bounds_rescale_each_element_to_its_own():
+    act = spaces.BoxSpec((2,), "float32", low=[-2.0, 0.0], high=[1.0, 10.0])
+    algo = make_sac(act=act)
+    model = algo.build_model()
+    edges = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(model.to_bounds(edges).numpy(), [[-2.0, 0.0], [1.0, 10.0], [-0.5, 5.0]], atol=1e-6)
+    np.testing.assert_allclose(model.from_bounds(model.to_bounds(edges)).numpy(), edges.numpy(), atol=1e-6)
+    assert "low" not in model.state_dict()  # (the bounds come from the spec, not the checkpoint)
+    obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    sampled, _ = algo.make_policy(model, actor_index=0, num_actors=1, seed=0).act(obs)
+    assert (sampled >= [-2.0, 0.0]).all() and (sampled <= [1.0, 10.0]).all()

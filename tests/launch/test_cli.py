@@ -185,7 +185,7 @@ def test_bad_endpoints_logdirs_and_names_are_named_without_a_traceback(tmp_path)
                       (["run", "--logdir", str(tmp_path / "file" / "run")], "cannot use logdir"),
                       (["learner", "--logdir", str(tmp_path / "file" / "run"), "--bind", "tcp://127.0.0.1:*"], "cannot use logdir"),
                       (["bench", "nosuch"], "is not one of 'kernels', 'client'"),
-                      (["bench", "transport", "--seconds", "100"], "--seconds sets the length of a timed run (pong, soak)")):
+                      (["bench", "transport", "--seconds", "100"], "--seconds sets the length of a timed run (atari, soak)")):
         p = Proc(args)
         assert p.wait(30) == 2 and why in p.output and "Traceback" not in p.output, (args, p.output)
 

@@ -31,7 +31,7 @@ __all__ = ["Client", "Metrics"]
 FIRST, LAST, TRUNCATED = 1, 2, 4
 
 
-def _spec(x) -> spaces.Spec:
+def _spec(x, per_element_bounds: bool = False) -> spaces.Spec:
     if isinstance(x, (spaces.BoxSpec, spaces.DiscreteSpec)):
         return x
     if isinstance(x, dict):
@@ -39,7 +39,7 @@ def _spec(x) -> spaces.Spec:
         if d.get("type") == "box":
             d.setdefault("dtype", "float32")
         return spaces.from_json(d)
-    return spaces.from_gym(x)  # a gymnasium space
+    return spaces.from_gym(x, per_element_bounds)  # a gymnasium space
 
 
 class Metrics:
@@ -63,7 +63,7 @@ class Client:
             raise UsageError("CURVE needs both server_public_key and client_secret_key")
         self._curve = transport.Curve(server_public_key=server_public_key, client_secret_key=client_secret_key) if server_public_key else None
         self.obs_spec = _spec(obs_spec)
-        self.action_spec = _spec(action_spec)
+        self.action_spec = _spec(action_spec, per_element_bounds=True)
         if not isinstance(self.obs_spec, spaces.BoxSpec) or self.obs_spec.dtype not in ("float32", "uint8"):
             raise UsageError(f"observations must be a float32 or uint8 box, got {self.obs_spec.to_json()}")
         self.timeout = float(timeout)

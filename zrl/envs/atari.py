@@ -160,7 +160,7 @@ class AleVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.seed = int(seed)
         self.observation_spec = spaces.from_gym(self._vec.single_observation_space)
-        self.action_spec = spaces.from_gym(self._vec.single_action_space)
+        self.action_spec = spaces.from_gym(self._vec.single_action_space, per_element_bounds=True)
         self._paddle = np.ones(self.batch_size, np.float32)  # paddle strength; only paddle games read it
         self._order = np.arange(num_envs, dtype=np.int32)
 

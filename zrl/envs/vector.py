@@ -60,7 +60,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.seed = seed
         self.observation_spec = spaces.from_gym(self.envs[0].observation_space)
-        self.action_spec = spaces.from_gym(self.envs[0].action_space)
+        self.action_spec = spaces.from_gym(self.envs[0].action_space, per_element_bounds=True)
         obs_dtype = np.dtype(self.observation_spec.dtype)
         self._obs = np.zeros((num_envs, *self.observation_spec.shape), obs_dtype)
         self._reward = np.zeros(num_envs, np.float32)

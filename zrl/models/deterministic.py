@@ -28,19 +28,27 @@ def network_input(obs: torch.Tensor, cnn: bool, dtype: torch.dtype) -> torch.Ten
 
 class ActionForm(nn.Module):
     """A batch of actions in the action spec's form: int64 [B] for Discrete; float32
-    [B, *shape] for Box, clamped to the bounds the spec has (a Gaussian's mean may lie outside)."""
+    [B, *shape] for Box, clamped to the bounds the spec has, per element where they differ
+    (a Gaussian's mean may lie outside)."""
 
     def __init__(self, action_spec: spaces.Spec):
         super().__init__()
         self.discrete = isinstance(action_spec, spaces.DiscreteSpec)
         self.shape = tuple(action_spec.shape)
-        self.low = getattr(action_spec, "low", None)
-        self.high = getattr(action_spec, "high", None)
+        self.low = self.high = None
+        self.per_element = not self.discrete and action_spec.per_element
+        if self.per_element:  # (buffers: they follow the module to its device; not saved)
+            self.register_buffer("low_t", torch.from_numpy(action_spec.bound_array("low")).float(), persistent=False)
+            self.register_buffer("high_t", torch.from_numpy(action_spec.bound_array("high")).float(), persistent=False)
+        elif not self.discrete:
+            self.low, self.high = action_spec.low, action_spec.high
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return a.to(torch.int64)
         a = a.float().reshape(a.shape[0], *self.shape)
+        if self.per_element:
+            return torch.minimum(torch.maximum(a, self.low_t), self.high_t)
         if self.low is not None or self.high is not None:
             a = a.clamp(self.low, self.high)
         return a

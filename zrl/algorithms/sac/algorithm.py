@@ -47,14 +47,16 @@ from zrl.replay import UniformReplay
 
 
 def check_action_spec(action_spec: spaces.Spec) -> spaces.BoxSpec:
-    """The action spec, if SAC can act in it (a float Box with finite bounds); else ValueError."""
+    """The action spec, if SAC can act in it (a float Box with finite bounds, per element or
+    not); else ValueError."""
     if not isinstance(action_spec, spaces.BoxSpec):
         raise ValueError(f"sac needs a Box action space (continuous actions), got {action_spec.to_json()}")
-    if action_spec.low is None or action_spec.high is None:
-        raise ValueError(f"sac squashes its actions into the Box's bounds, and this Box has none on one side: "
+    low, high = action_spec.bound_array("low"), action_spec.bound_array("high")
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(f"sac squashes its actions into the Box's bounds, and this Box lacks one for some element: "
                          f"{action_spec.to_json()}")
-    if not action_spec.low < action_spec.high:
-        raise ValueError(f"sac needs low < high in the action Box, got {action_spec.to_json()}")
+    if not (low < high).all():
+        raise ValueError(f"sac needs low < high for every element of the action Box, got {action_spec.to_json()}")
     if np.dtype(action_spec.dtype).kind != "f":
         raise ValueError(f"sac needs float actions, got a Box of {action_spec.dtype}")
     return action_spec
@@ -123,8 +125,9 @@ class SAC(Algorithm):
 
     def build_model(self) -> SquashedGaussianPolicy:
         m = self.config.model
-        return SquashedGaussianPolicy(self.obs_dim, tuple(self.action_spec.shape), m.hidden_sizes, m.activation,
-                                      self.action_spec.low, self.action_spec.high)
+        spec = self.action_spec
+        low, high = (spec.bound_array("low"), spec.bound_array("high")) if spec.per_element else (spec.low, spec.high)
+        return SquashedGaussianPolicy(self.obs_dim, tuple(spec.shape), m.hidden_sizes, m.activation, low, high)
 
     def trajectory_schema(self, max_columns: int) -> wire.Schema:
         """IMPALA's chunk (see Impala.trajectory_schema), all of it checked at the gate: the

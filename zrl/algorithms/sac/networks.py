@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -41,12 +43,16 @@ class SquashedGaussianPolicy(nn.Module):
     """
 
     def __init__(self, obs_dim: int, action_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: str,
-                 low: float, high: float):
+                 low: "float | np.ndarray", high: "float | np.ndarray"):
         super().__init__()
         self.obs_dim = obs_dim
         self.action_shape = tuple(action_shape)
         self.action_dim = math.prod(action_shape)
-        self.low, self.high = float(low), float(high)
+        if np.ndim(low) == 0 and np.ndim(high) == 0:
+            self.low, self.high = float(low), float(high)
+        else:  # per element: [A] buffers (they follow the module to its device; not saved)
+            for side, v in (("low", low), ("high", high)):
+                self.register_buffer(side, torch.from_numpy(np.array(np.broadcast_to(v, self.action_shape), np.float32).reshape(-1)), persistent=False)
         self.torso = mlp(obs_dim, tuple(hidden_sizes), activation)
         width = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.mean = nn.Linear(width, self.action_dim)
@@ -75,8 +81,11 @@ class SquashedGaussianPolicy(nn.Module):
 
     def to_bounds(self, a: torch.Tensor) -> torch.Tensor:
         """[-1, 1]^A -> the env's [low, high], shaped as the action spec ([N, *shape])."""
-        scaled = self.low + (a + 1.0) * (0.5 * (self.high - self.low))
-        return scaled.clamp(self.low, self.high).reshape(a.shape[0], *self.action_shape)
+        low, high = self.low, self.high
+        scaled = low + (a + 1.0) * (0.5 * (high - low))
+        if isinstance(low, torch.Tensor):
+            return torch.minimum(torch.maximum(scaled, low.float()), high.float()).reshape(a.shape[0], *self.action_shape)
+        return scaled.clamp(low, high).reshape(a.shape[0], *self.action_shape)
 
     def from_bounds(self, action: torch.Tensor) -> torch.Tensor:
         """The env's action [N, *shape] -> [-1, 1]^A [N, A] (the critics' input)."""
