@@ -17,16 +17,13 @@ to DIR/atari_GAME.png; `zrl bench pong` is `zrl bench atari --game pong`.
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from zrl.bench import references
-from zrl.bench.harness import BenchOptions, BenchResult, run_group
-from zrl.bench.learning import config_problem, plot, read_curve
+from zrl.bench.harness import BenchOptions, BenchResult
+from zrl.bench.learning import config_problem, plot, read_curve, zrl_run
 from zrl.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,18 +85,11 @@ def zrl_seed(config: str, seed: int, seconds: float) -> dict:
     return]), its progress ([s, env steps, env steps/s], logged before any episode ends)
     and env steps; {"failed": why} if it fails."""
     with tempfile.TemporaryDirectory(prefix="zrl-atari-") as d:
-        argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / f"{config}.yaml"), "--seed", str(seed),
-                "--logdir", d, "--max-seconds", str(seconds), "--no-live", "-o", "run.stop_at_return=null",
-                "-o", f"run.return_window={WINDOW}", "-o", f"learner.log_interval_s={CURVE_LOG_S}",
-                "-o", "learner.checkpoint_interval_s=1e6"]
-        try:
-            code = run_group(argv, ROOT, timeout=seconds + 300)
-        except subprocess.TimeoutExpired:
-            return {"seed": seed, "failed": f"zrl run ran past {seconds + 300:g} s"}
-        summary = Path(d) / "summary.json"
-        if code != 0 or not summary.exists():
-            return {"seed": seed, "failed": f"zrl run exited with {code}"}
-        s = json.loads(summary.read_text())
+        s = zrl_run(config, seed, seconds, d, ["--no-live", "-o", "run.stop_at_return=null", "-o", f"run.return_window={WINDOW}",
+                                                "-o", f"learner.log_interval_s={CURVE_LOG_S}", "-o", "learner.checkpoint_interval_s=1e6"],
+                    grace_s=300)
+        if "failed" in s:
+            return s
         t0 = s["started_at_unix"]
         return {"seed": seed, "env_steps": s["env_steps"], "curve": read_curve(d, "episode/return", t0),
                 "progress": read_curve(d, "perf/env_steps_per_s", t0)}

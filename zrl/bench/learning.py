@@ -222,23 +222,31 @@ def config_problem(task: Task, config: str) -> str | None:
     return None
 
 
+def zrl_run(config: str, seed: int, seconds: float, logdir: str, args: list[str], grace_s: float) -> dict:
+    """`zrl run --config configs/CONFIG.yaml --seed SEED --logdir LOGDIR --max-seconds SECONDS
+    ARGS...`, allowed grace_s past its time: its summary.json, or {"seed": .., "failed": why}."""
+    argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / f"{config}.yaml"), "--seed", str(seed),
+            "--logdir", logdir, "--max-seconds", str(seconds), *args]
+    try:
+        code = run_group(argv, ROOT, timeout=seconds + grace_s)
+    except subprocess.TimeoutExpired:
+        return {"seed": seed, "failed": f"zrl run ran past {seconds + grace_s:g} s"}
+    summary = Path(logdir) / "summary.json"
+    if code != 0 or not summary.exists():
+        return {"seed": seed, "failed": f"zrl run exited with {code}"}
+    return json.loads(summary.read_text())
+
+
 def zrl_seed(task: Task, config: str, seed: int, limit_s: float) -> dict:
     """One `zrl run` of configs/CONFIG.yaml: its time to target, or its greedy return after
     limit_s; {"failed": why} if it fails."""
     with tempfile.TemporaryDirectory(prefix="zrl-learn-") as d:
         stop = (["--stop-at-return", str(task.target_return)] if task.target_return is not None
                 else ["-o", "run.stop_at_return=null"])  # (a budget task trains for all of it)
-        argv = [sys.executable, "-m", "zrl", "run", "--config", str(ROOT / "configs" / f"{config}.yaml"), "--seed", str(seed),
-                "--logdir", d, *stop, "--max-seconds", str(limit_s), "-o", f"learner.log_interval_s={CURVE_LOG_S}",
-                "-o", f"run.return_window={task.window}"]
-        try:
-            code = run_group(argv, ROOT, timeout=limit_s + 120)
-        except subprocess.TimeoutExpired:
-            return {"seed": seed, "failed": f"zrl run ran past {limit_s + 120:g} s"}
-        summary = Path(d) / "summary.json"
-        if code != 0 or not summary.exists():
-            return {"seed": seed, "failed": f"zrl run exited with {code}"}
-        s = json.loads(summary.read_text())
+        s = zrl_run(config, seed, limit_s, d, [*stop, "-o", f"learner.log_interval_s={CURVE_LOG_S}", "-o", f"run.return_window={task.window}"],
+                    grace_s=120)
+        if "failed" in s:
+            return s
         source = s.get("return_source", "train")
         run = {"seed": seed, "env_steps": s["env_steps"], "return_source": source,
                "curve": read_curve(d, "eval/return" if source == "eval" else "episode/return", s["started_at_unix"])}
