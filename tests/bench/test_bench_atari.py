@@ -40,7 +40,9 @@ def test_a_sitting_interleaves_seeds_skips_a_missing_config_and_notes_a_failed_r
         calls.append(("zrl", config, seed))
         if seed == 2:
             return {"seed": seed, "failed": "zrl run exited with 1"}
-        return {"seed": seed, "env_steps": 500, "curve": [[20.0, 100, -21.0], [70.0, 400, -19.0], [125.0, 500, -18.5]]}
+        return {"seed": seed, "env_steps": 500, "curve": [[20.0, 100, -21.0], [70.0, 400, -19.0], [125.0, 500, -18.5]],
+                "updates": 260, "train_seconds": 130.0,
+                "perf": {"env_steps_per_s": 4.0, "learner_samples_per_s": 3.9, "wait_for_data_frac": 0.12, "policy_lag_mean": 2.5, "policy_lag_max": 7}}
 
     def reference_seed(game, env, seed, seconds):
         calls.append(("sb3", env["frame_skip"], seed))
@@ -63,6 +65,8 @@ def test_a_sitting_interleaves_seeds_skips_a_missing_config_and_notes_a_failed_r
     notes = "\n".join(result.notes)
     assert "configs/pong_nosuch.yaml does not exist" in notes
     assert "zrl pong_impala, seed 2: failed (zrl run exited with 1)" in notes
+    assert ("zrl pong_impala, seed 1: 2,000 frames; actors 16 frames/s, learner 16 frames/s and 2.0 updates/s, "
+            "waiting for data 12% of its time, policy lag 2.5 (max 7).") in notes
     assert "ALE/Pong-v5, sticky actions 0" in notes and "Reference: SB3 PPO" in notes
     json.dumps(result.extra)  # (the runs go into the JSON)
 

@@ -17,6 +17,7 @@ to DIR/atari_GAME.png; `zrl bench pong` is `zrl bench atari --game pong`.
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +92,11 @@ def zrl_seed(config: str, seed: int, seconds: float) -> dict:
         if "failed" in s:
             return s
         t0 = s["started_at_unix"]
+        final = Path(d) / "learner_final.json"
+        learner = json.loads(final.read_text()) if final.exists() else {}
         return {"seed": seed, "env_steps": s["env_steps"], "curve": read_curve(d, "episode/return", t0),
-                "progress": read_curve(d, "perf/env_steps_per_s", t0)}
+                "progress": read_curve(d, "perf/env_steps_per_s", t0),
+                "updates": learner.get("updates"), "train_seconds": learner.get("train_seconds"), "perf": learner.get("perf") or {}}
 
 
 def reference_seed(game: Game, env: dict, seed: int, seconds: float) -> dict:
@@ -161,3 +165,15 @@ def add_run(result: BenchResult, runs: dict[str, list[dict]], system: str, run: 
         return
     for at, steps, mean in per_minute(run["curve"], seconds, run.get("progress", ())):
         result.add(system=system, seed=run["seed"], seconds=at, env_frames=steps * frame_skip, mean_return=mean)
+    if run.get("perf"):
+        result.notes.append(f"{system}, seed {run['seed']}: {time_spent(run, frame_skip)}")
+
+
+def time_spent(run: dict, frame_skip: int) -> str:
+    """Where a zrl run's time went: the actors' and the learner's rates, waiting, lag."""
+    perf, updates, train_s = run["perf"], run.get("updates") or 0, run.get("train_seconds") or 0
+    return (f"{run['env_steps'] * frame_skip:,} frames; actors {frame_skip * perf.get('env_steps_per_s', 0):,.0f} frames/s, "
+            f"learner {frame_skip * perf.get('learner_samples_per_s', 0):,.0f} frames/s and "
+            f"{updates / train_s if train_s else 0:.1f} updates/s, waiting for data "
+            f"{100 * perf.get('wait_for_data_frac', 0):.0f}% of its time, policy lag {perf.get('policy_lag_mean')} "
+            f"(max {perf.get('policy_lag_max')}).")
