@@ -231,3 +231,76 @@ def test_two_acts_of_a_session_the_loop_holds_in_one_burst_end_it_as_pipelined(c
         if s is not None:
             s.close()
         server.close()
+
+
+class RefusingLink(CapturedChunks):
+    """A learner link whose queue refuses every `every`-th message: the chunk comes back to the
+    server as Pusher returns a refused one (its frame, still the recorder's buffer) and waits in
+    the backlog, which the next serve_once offers again."""
+
+    def __init__(self, every: int):
+        super().__init__()
+        self.every, self.offered, self.timeout_s = every, 0, 1e9
+
+    def _refused(self) -> bool:
+        self.offered += 1
+        return self.offered % self.every == 0
+
+    def send(self, msg, sender_id, seq, policy_version, rows=None, wait=False):
+        frame = msg.finish(sender_id=sender_id, seq=seq, policy_version=policy_version, rows=rows)
+        if self._refused():
+            return frame
+        self.frames.append(bytes(frame))
+        return None
+
+    def try_send(self, frame) -> bool:
+        if self._refused():
+            return False
+        self.frames.append(bytes(frame))
+        return True
+
+    def poll_weights(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("every", [2, 3])
+def test_chunks_refused_under_back_pressure_go_out_later_whole(ctx, endpoint, native, every):
+    """Each chunk the learner's queue refuses goes out later as it was: the observations the
+    client sent in order, the actions it was answered with, and their behaviour log-probabilities."""
+    from zrl.server import AgentServer
+
+    cfg = serve_box_config("server.action_space={type: discrete, n: 2}", f"server.native_loop={str(native).lower()}")
+    server = AgentServer(cfg, f"{endpoint}-bp", ctx=ctx, console=False, seed=3)
+    link = server.sender.link = server.link = RefusingLink(every)
+    serve = lambda: server.serve_once(10)  # noqa: E731
+    s = raw_client(ctx, server)
+    rng = np.random.default_rng(0)
+    sent, answered = [], []
+    try:
+        obs_space = {"type": "box", "shape": [4], "dtype": "float32", "low": None, "high": None}
+        assert ask(s, raw_hello(obs_space, {"type": "discrete", "n": 2}), serve).kind == wire.Kind.HELLO_REPLY
+        for t in range(201):  # (the reward of ACT t is t: it names the step)
+            sent.append(rng.normal(0, 1, 4).astype(np.float32))
+            act = {"obs": sent[-1], "reward": np.float32(t), "flags": np.uint8(FIRST if t == 0 else 0)}
+            answered.append(int(ask(s, wire.encode(wire.Kind.ACT, act, seq=t + 2), serve).arrays["action"]))
+        wait_for(lambda: (server.serve_once(1), not server.backlog)[1], 10, "the backlog sent")
+        chunks = link.messages()
+    finally:
+        s.close()
+        server.close()
+    assert len(chunks) == 200 // 5 and server.stats.dropped_messages == 0
+    assert link.offered - len(link.frames) >= len(chunks) // every  # (refused, kept in the backlog, offered again)
+    steps = np.concatenate([c.arrays["reward"][:, 0] for c in chunks]).astype(int)
+    np.testing.assert_array_equal(np.sort(steps), np.arange(1, 201))  # each step once
+    for c in chunks:
+        a = c.arrays
+        for i, t in enumerate(a["reward"][:, 0].astype(int)):
+            np.testing.assert_array_equal(a["obs"][i + 1, 0], sent[t])
+            np.testing.assert_array_equal(a["obs"][i, 0], sent[t - 1])
+            assert a["action"][i, 0] == answered[t - 1]
+    check_behaviour_logp(server, chunks)
