@@ -427,7 +427,20 @@ the mean return of the last 20 episodes (game score, unclipped) and the
 emulator frames seen, at the end of each minute from the command's start
 (start-up included). Targets (issue 46, on an AVX2-only 2-core machine):
 +10 within 60 minutes (+18 on the AVX-512 one), the median of seeds 1 and
-2."""),
+2.
+
+**The table below (11-28, 06:09-07:50 UTC, the AVX2 EPYC, nothing else
+running): seed 1, 50 minutes each** (`zrl bench atari --game pong --seeds 1
+--reference sb3 --seconds 3000`). zrl's IMPALA went -20.2 -> +1.3 (16.1M
+frames): flat to minute 16 (5.1M frames), -18.8 at 20, -6.3 at 30, -1.3 at 40, +1.3 at
+50, the 20-episode mean swinging by up to 10 points from minute 28 on. SB3
+PPO went -20.6 -> -18.8 on 1.9M frames: it steps 8 envs in one process and
+trains between rollouts, ~630 frames/s against zrl's ~5,400. At 10, 20, 40
+and 50 minutes: zrl -20.4, -18.8, -1.3, +1.3; SB3 -20.6, -20.4, -19.4,
+-18.8. Not yet met: +10 within 60 minutes (this run stopped at 50), and the
+second seed. The run's learner rates were not recorded (the bench notes them
+since); its progress lines showed 1,200-1,500 env steps/s and ~8.5 updates
+a second (one 8 x 20 chunk each) throughout."""),
     ("pong", """## pong (kept): short IMPALA runs on Pong, before `zrl bench atari`
 
 `configs/pong_impala.yaml` (shallow CNN; 2 actors x 24 envs, the policy
