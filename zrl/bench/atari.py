@@ -128,20 +128,20 @@ def measure(name: str, opts: BenchOptions, seeds: tuple[int, ...] | None = None,
     seeds = list(seeds or ((1,) if opts.quick else (1, 2)))
     result = BenchResult(name=f"atari_{name}", title=f"{game.env_id}: mean return of the last {WINDOW} episodes, per minute of a {seconds:.0f} s run",
                          columns=["system", "seed", "seconds", "env_frames", "mean_return"])
-    configs = []
+    frame_skips = {}  # the configs that can run, and their frame skip
     for config in game.configs:
         problem = config_problem(game, config)
         if problem:
             result.notes.append(problem)
         else:
-            configs.append(config)
-    if not configs:
+            frame_skips[config] = load_config(ROOT / "configs" / f"{config}.yaml").env.frame_skip
+    if not frame_skips:
         return result
-    env = env_settings(configs[0])
+    env = env_settings(next(iter(frame_skips)))
     runs: dict[str, list[dict]] = {}
     for seed in seeds:
-        for config in configs:
-            add_run(result, runs, f"zrl {config}", zrl_seed(config, seed, seconds), seconds, frame_skip=load_config(ROOT / "configs" / f"{config}.yaml").env.frame_skip)
+        for config, frame_skip in frame_skips.items():
+            add_run(result, runs, f"zrl {config}", zrl_seed(config, seed, seconds), seconds, frame_skip=frame_skip)
         if reference == "sb3":
             if not references.sb3_installed():
                 result.notes.append("stable-baselines3 is not installed (pip install -e .[bench]): no reference.")

@@ -35,23 +35,15 @@ class ActionForm(nn.Module):
         super().__init__()
         self.discrete = isinstance(action_spec, spaces.DiscreteSpec)
         self.shape = tuple(action_spec.shape)
-        self.low = self.high = None
-        self.per_element = not self.discrete and action_spec.per_element
-        if self.per_element:  # (buffers: they follow the module to its device; not saved)
-            self.register_buffer("low_t", torch.from_numpy(action_spec.bound_array("low")).float(), persistent=False)
-            self.register_buffer("high_t", torch.from_numpy(action_spec.bound_array("high")).float(), persistent=False)
-        elif not self.discrete:
-            self.low, self.high = action_spec.low, action_spec.high
+        if not self.discrete:  # [*shape] each, +-inf where there is none (buffers: they follow the module; not saved)
+            self.register_buffer("low", torch.from_numpy(action_spec.bound_array("low")).float(), persistent=False)
+            self.register_buffer("high", torch.from_numpy(action_spec.bound_array("high")).float(), persistent=False)
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return a.to(torch.int64)
         a = a.float().reshape(a.shape[0], *self.shape)
-        if self.per_element:
-            return torch.minimum(torch.maximum(a, self.low_t), self.high_t)
-        if self.low is not None or self.high is not None:
-            a = a.clamp(self.low, self.high)
-        return a
+        return torch.minimum(torch.maximum(a, self.low), self.high)
 
 
 class ActorCriticMode(nn.Module):
