@@ -152,6 +152,17 @@ def test_ready_batches_reach_each_groups_recorder_as_a_fixed_groups_steps():
     assert len(frames) == sum((len(r.calls) - 1) // 2 for r in recorders)
 
 
+def test_ready_streams_need_the_newest_version_any_groups_recorder_needs():
+    # A synchronous algorithm (PPO) or a paced Ape-X actor waits for a version after a chunk;
+    # under first_ready the actor used to act on without asking.
+    recorders = [Calls(), Calls(), Calls()]
+    streams = ReadyStreams(CountingPolicy(), recorders, width=2)
+    assert streams.version_needed() is None
+    recorders[0].version_needed = lambda: 4
+    recorders[2].version_needed = lambda: 7
+    assert streams.version_needed() == 7
+
+
 def test_first_ready_needs_ale_pys_vector_env():
     from zrl.actors.actor import make_ready_env
     from zrl.config import ConfigError, load_config

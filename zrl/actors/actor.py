@@ -242,6 +242,9 @@ class Actor:
             self.link.poll_weights()
             step = env.step_wait()
             frames, stepped = streams.observe(step)
+            need = streams.version_needed()
+            if need is not None and self.link.policy_version < need:
+                frames = self._wait_for_version(frames, need, stats)
             env.step_async(streams.act(step.env_ids, step.obs))
             for frame in frames:
                 self.link.send(frame, drop=stats.drop)

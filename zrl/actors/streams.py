@@ -60,6 +60,11 @@ class ReadyStreams:
         for r in self.recorders:
             r.policy_version = v
 
+    def version_needed(self) -> int | None:
+        """The newest version any group's recorder needs before the next act (None: any)."""
+        needs = [v for v in (r.version_needed() for r in self.recorders) if v is not None]
+        return max(needs) if needs else None
+
     def act(self, ids: np.ndarray, obs: np.ndarray) -> np.ndarray:
         """Actions for the envs `ids` ([B]) from their observations `obs` ([B, ...])."""
         state = None if self.state is None else tuple(x[ids] for x in self.state)

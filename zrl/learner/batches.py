@@ -159,8 +159,8 @@ class StreamBatches(QueuedSource):
 class ReplayBatches:
     """The receiver adds chunks to the algorithm's replay (`take_chunk`); the loop samples it.
 
-    An algorithm whose config has `updates_per_step` (SAC) holds a replay ratio: its `sample`
-    waits while the updates are ahead, and here `room()` is 0 while the env steps received
+    An algorithm whose config sets `updates_per_step` (SAC; Ape-X optionally) holds a replay
+    ratio: SAC's `sample` waits while the updates are ahead, and here `room()` is 0 while the env steps received
     are more than `max_steps_ahead` (None: one chunk per actor) ahead of what the updates
     allow after `learning_starts`, so the receiver leaves chunks in ZeroMQ and the actors
     wait. Both count from where this process started (a resumed run refills its replay).

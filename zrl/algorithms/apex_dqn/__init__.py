@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from zrl.typed_config import check
 
@@ -51,10 +51,25 @@ class ApexDQNConfig:
     priorities (actors), so that Q-values are of a smaller size (as algo.reward_scale of
     IMPALA). Episode returns in logs and stop targets stay unscaled; Q-values and TD errors
     (q/mean, q/td_abs, priorities) are in scaled units."""
+    updates_per_step: Optional[float] = None
+    """A cap on the data per update, for a machine the actors and learner share. Past its
+    share of min_replay_size, an actor waits after each message for the updates it pays for
+    (transitions x updates_per_step x run.num_actors), so its data does not go stale queued
+    in the sockets; and the learner stops reading chunks while the env steps received run
+    more than max_steps_ahead past min_replay_size + updates / updates_per_step. The learner
+    never waits for the actors. None: actors run freely, as in the paper."""
+    max_steps_ahead: Optional[int] = None
+    """With updates_per_step: how far the env steps received may run ahead before the learner
+    stops reading chunks (ZeroMQ then holds the actors back). None: one chunk per actor."""
     replay_checkpoint: bool = False
     """Save the replay contents with each checkpoint and restore them on resume (into a
     replay of another replay_capacity or priority_alpha too: oldest first, with their raw
     priorities, the newest kept if it is smaller)."""
+    frames_once: bool = True
+    """Where observations are stacks of 8-bit frames (uint8 [S, H, W], S > 1: Atari), an
+    actor's message carries each distinct frame once and the replay stores each frame once,
+    transitions holding frame ids (a Pong transition: ~7 KB, not two 28 KB stacks); false
+    sends and stores both stacks of every transition whole."""
     max_transitions_per_message: int = 4096
     """Largest batch of transitions one actor message may carry."""
 
@@ -72,7 +87,14 @@ class ApexDQNConfig:
         check(self.eps_alpha >= 0, "algo.eps_alpha", "must be >= 0")
         check(self.huber_delta > 0, "algo.huber_delta", "must be > 0")
         check(0 < self.reward_scale < math.inf, "algo.reward_scale", "must be > 0 and finite")
+        check(self.updates_per_step is None or 0.0 < self.updates_per_step < math.inf, "algo.updates_per_step", "must be > 0 and finite, or null")
+        check(self.max_steps_ahead is None or self.max_steps_ahead >= 1, "algo.max_steps_ahead", "must be >= 1 or null")
         check(self.max_transitions_per_message >= 1, "algo.max_transitions_per_message", "must be >= 1")
+
+    @property
+    def learning_starts(self) -> int:
+        """Env steps received before updates begin, as the learner's replay ratio counts them."""
+        return self.min_replay_size
 
 
 CONFIG = ApexDQNConfig

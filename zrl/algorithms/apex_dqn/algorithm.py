@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 
 import numpy as np
@@ -27,6 +28,7 @@ import torch
 
 from zrl import spaces, wire
 from zrl.algorithms.apex_dqn import ApexDQNConfig
+from zrl.algorithms.apex_dqn.frames import FrameReplay, is_frame_stack, split_frames
 from zrl.algorithms.base import Algorithm, Policy, Recorder
 from zrl.config import Config
 from zrl.envs import Step
@@ -82,6 +84,14 @@ class ApexRecorder(Recorder):
         self.K = num_envs
         self.n = self.hp.n_step
         self.every = algo.config.actor.unroll_length  # send after this many steps
+        self.frames_once = algo.frames_once
+        # With algo.updates_per_step, each message "costs" its share of the updates: this actor
+        # waits for them, so data never queues up (stale) in the sockets while the learner
+        # holds the actors back. Its share of min_replay_size it sends freely.
+        self.num_actors = max(1, algo.config.run.num_actors)
+        self.free_transitions = algo.hp.min_replay_size // self.num_actors
+        self.sent = 0
+        self.needed: int | None = None
         obs_shape, obs_dtype = tuple(algo.obs_spec.shape), np.dtype(algo.obs_spec.dtype)
         n, K = self.n, self.K
         self.obs_h = np.zeros((n, K, *obs_shape), obs_dtype)
@@ -161,6 +171,17 @@ class ApexRecorder(Recorder):
             )
         self.pending[k] = 0
 
+    def version_needed(self) -> int | None:
+        return self.needed
+
+    def _pace(self, n: int) -> None:
+        """After sending n transitions: the version (= updates) the next act waits for."""
+        ratio = self.hp.updates_per_step
+        self.sent += n
+        if ratio is None or self.sent <= self.free_transitions:
+            return
+        self.needed = max(self.needed or 0, self.policy_version) + math.ceil(n * ratio * self.num_actors)
+
     def _message(self) -> list:
         if not self.out["action"]:
             return []
@@ -171,6 +192,9 @@ class ApexRecorder(Recorder):
             q_next = self.model(torch.from_numpy(arrays["next_obs"])).max(1).values.float().numpy()
         td = arrays["reward"] * self.hp.reward_scale + arrays["discount"] * q_next - arrays.pop("q_sa")
         arrays["priority"] = (np.abs(td) + self.hp.priority_eps).astype(np.float32)
+        if self.frames_once:
+            arrays["frames"], arrays["obs_frames"], arrays["next_frames"] = split_frames(arrays.pop("obs"), arrays.pop("next_obs"))
+        self._pace(len(arrays["action"]))
         return [self.sender.encode(wire.Kind.TRAJECTORY, arrays, self.policy_version)]
 
 
@@ -225,7 +249,8 @@ class ApexDQN(Algorithm):
         if not isinstance(action_spec, spaces.DiscreteSpec):
             raise ValueError(f"apex_dqn needs discrete actions, got {action_spec.to_json()}")
         self.hp: ApexDQNConfig = config.algo
-        self.replay: PrioritizedReplay | None = None  # learner side only, made on first use
+        self.frames_once = self.hp.frames_once and is_frame_stack(obs_spec)
+        self.replay: PrioritizedReplay | FrameReplay | None = None  # learner side only, made on first use
         self.target: QNetwork | None = None
         self._pending_target_state = None
         self._pending_replay_state = None
@@ -240,16 +265,22 @@ class ApexDQN(Algorithm):
     def trajectory_schema(self, max_columns: int) -> wire.Schema:
         obs_shape, obs_dtype = tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype)
         F = wire.Field
+        max_n = self.hp.max_transitions_per_message + self.hp.n_step * max(1, self.config.actor.num_envs)
+        if self.frames_once:
+            stack = obs_shape[0]
+            observations = [F("frames", obs_dtype, ("M", *obs_shape[1:])), F("obs_frames", np.int64, ("N", stack), bound="M"),
+                            F("next_frames", np.int64, ("N", stack), bound="M")]
+        else:
+            observations = [F("obs", obs_dtype, ("N", *obs_shape)), F("next_obs", obs_dtype, ("N", *obs_shape))]
         return wire.Schema(
             [
-                F("obs", obs_dtype, ("N", *obs_shape)),
+                *observations,
                 F("action", np.int64, ("N",), bound=self.action_spec.n),
                 F("reward", np.float32, ("N",)),
                 F("discount", np.float32, ("N",), low=0.0, high=1.0),
-                F("next_obs", obs_dtype, ("N", *obs_shape)),
                 F("priority", np.float32, ("N",), low=0.0, low_open=True),
             ],
-            bounds={"N": (1, self.hp.max_transitions_per_message + self.hp.n_step * max(1, self.config.actor.num_envs))},
+            bounds={"N": (1, max_n), "M": (1, 2 * max_n * (obs_shape[0] if self.frames_once else 1))},
         )
 
     def make_policy(self, model, *, actor_index, num_actors, seed) -> ApexPolicy:
@@ -275,31 +306,31 @@ class ApexDQN(Algorithm):
         with self._replay_lock:
             if self.replay is not None:
                 return self.replay
-            obs = (tuple(self.obs_spec.shape), np.dtype(self.obs_spec.dtype))
-            fields = {
-                "obs": obs,
-                "action": ((), np.int64),
-                "reward": ((), np.float32),
-                "discount": ((), np.float32),
-                "next_obs": obs,
-                "version": ((), np.int64),
-            }
-            replay = PrioritizedReplay(self.hp.replay_capacity, fields, alpha=self.hp.priority_alpha, seed=self.config.run.seed)
+            replay = self._new_replay()
             saved = self._pending_replay_state
             if saved is not None:
-                if int(saved["capacity"]) == replay.capacity and float(saved["alpha"]) == replay.alpha:
-                    replay.load_state_dict(saved)
-                else:
-                    _migrate(saved, replay)
+                _restore(saved, replay)
             self.replay = replay  # published only once it holds the checkpoint's transitions
             self._pending_replay_state = None
             return replay
 
+    def _new_replay(self) -> PrioritizedReplay | FrameReplay:
+        fields = {"action": ((), np.int64), "reward": ((), np.float32), "discount": ((), np.float32), "version": ((), np.int64)}
+        hp, shape = self.hp, tuple(self.obs_spec.shape)
+        if self.frames_once:
+            return FrameReplay(hp.replay_capacity, shape, fields, alpha=hp.priority_alpha, seed=self.config.run.seed)
+        obs = (shape, np.dtype(self.obs_spec.dtype))
+        return PrioritizedReplay(hp.replay_capacity, {"obs": obs, "next_obs": obs, **fields}, alpha=hp.priority_alpha, seed=self.config.run.seed)
+
     def ingest(self, msg: wire.Message, bindings: dict[str, int]) -> None:
         a = msg.arrays
-        batch = {k: a[k] for k in FIELDS}
-        batch["version"] = np.full(bindings["N"], msg.policy_version, np.int64)
-        self._ensure_replay().add(batch, a["priority"])
+        rest = {k: a[k] for k in ("action", "reward", "discount")}
+        rest["version"] = np.full(bindings["N"], msg.policy_version, np.int64)
+        replay = self._ensure_replay()
+        if self.frames_once:
+            replay.add(a["frames"], a["obs_frames"], a["next_frames"], rest, a["priority"])
+        else:
+            replay.add({"obs": a["obs"], "next_obs": a["next_obs"], **rest}, a["priority"])
 
     def waiting_for(self) -> str | None:
         n = len(self.replay) if self.replay is not None else 0
@@ -312,6 +343,8 @@ class ApexDQN(Algorithm):
         if len(replay) < self.hp.min_replay_size:
             return None
         keys, weights, batch = replay.sample(self.hp.batch_size, self.hp.priority_beta)
+        if not len(keys):  # (a FrameReplay drew only transitions whose frames it no longer holds)
+            return None
         self._keys = keys
         out = {k: torch.from_numpy(v) for k, v in batch.items() if k != "version"}
         out["weights"] = torch.from_numpy(weights)
@@ -340,7 +373,10 @@ class ApexDQN(Algorithm):
         td = target - q
         loss = (batch["weights"] * torch.nn.functional.huber_loss(q, target, reduction="none", delta=self.hp.huber_delta)).mean()
         self._td = td.detach()
-        return loss, {"loss/td": loss.detach(), "q/mean": q.detach().mean(), "q/td_abs": td.detach().abs().mean()}
+        info = {"loss/td": loss.detach(), "q/mean": q.detach().mean(), "q/td_abs": td.detach().abs().mean()}
+        if self.frames_once:  # transitions drawn whose frames had left the ring (0 for an Atari actor)
+            info["replay/frames_lost"] = torch.tensor(float(self.replay.lost))
+        return loss, info
 
     def after_update(self, model, batch, info) -> None:
         # A target that overflowed (huge but finite rewards or observations) gives an
@@ -376,6 +412,18 @@ class ApexDQN(Algorithm):
             self._pending_target_state = state["target"]
         if "replay" in state:
             self._pending_replay_state = {k: v.numpy() for k, v in state["replay"].items()}
+
+
+def _restore(saved: dict, replay: PrioritizedReplay | FrameReplay) -> None:
+    """A checkpoint's replay into this run's (of the same kind: frames or whole stacks)."""
+    if isinstance(replay, FrameReplay):
+        replay.load_state_dict(saved, _migrate)
+    elif any(k.startswith("ring/") for k in saved):
+        raise ValueError("replay checkpoint: it holds frames (saved with algo.frames_once true), not whole stacks")
+    elif int(saved["capacity"]) == replay.capacity and float(saved["alpha"]) == replay.alpha:
+        replay.load_state_dict(saved)
+    else:
+        _migrate(saved, replay)
 
 
 def _migrate(saved: dict, replay: PrioritizedReplay) -> None:
