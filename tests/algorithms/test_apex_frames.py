@@ -7,6 +7,7 @@ import pytest
 from zrl import algorithms, spaces, wire
 from zrl.actors.sender import Sender
 from zrl.algorithms.apex_dqn import algorithm as apex_dqn
+from zrl.algorithms.apex_dqn import frames as frames_module
 from zrl.algorithms.apex_dqn.frames import FrameReplay, FrameRing, is_frame_stack, split_frames
 from zrl.envs import Step
 from helpers import apex_config
@@ -33,6 +34,9 @@ def test_split_frames_keeps_each_distinct_frame_once_and_rebuilds_every_stack():
     np.testing.assert_array_equal(frames[next_frames], nxt)
     assert len(frames) == 3 * (10 + 4)  # every frame of every env once (10 steps of 4-frame stacks)
     assert len({f.tobytes() for f in frames}) == len(frames)
+    ids = np.concatenate([obs_frames.ravel(), next_frames.ravel()])
+    first_seen = np.unique(ids, return_index=True)[1]
+    assert (np.diff(first_seen) > 0).all()  # in order of first appearance: the ring drops the oldest first
 
 
 def test_the_ring_gives_back_the_frames_it_holds_and_knows_the_ones_it_lost():
@@ -189,3 +193,14 @@ def test_with_a_replay_ratio_an_actor_waits_for_the_updates_its_transitions_pay_
     # 20 transitions x 0.25 updates each x 2 actors = 10 updates a message, after the free
     # share, counted from the version acting or the one last needed, whichever is newer.
     assert needs == [None, 3 + 10, 30 + 10, 30 + 10 + 10]
+
+
+def test_split_frames_is_exact_when_two_distinct_frames_share_a_fingerprint(monkeypatch):
+    rng = np.random.default_rng(5)
+    obs, nxt = (rng.integers(0, 3, (50, 4, 3, 5), dtype=np.uint8) for _ in range(2))  # odd widths, many repeats
+    for fingerprints in (frames_module._fingerprints, lambda rows: np.zeros(len(rows), np.uint64)):
+        monkeypatch.setattr(frames_module, "_fingerprints", fingerprints)
+        frames, obs_frames, next_frames = split_frames(obs, nxt)
+        np.testing.assert_array_equal(frames[obs_frames], obs)
+        np.testing.assert_array_equal(frames[next_frames], nxt)
+        assert len({f.tobytes() for f in frames}) == len(frames) == len({f.tobytes() for f in np.concatenate([obs, nxt]).reshape(-1, 3, 5)})
