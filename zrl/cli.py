@@ -448,7 +448,9 @@ ATARI_GAMES = ("pong", "breakout")
               help="atari only: sb3 also runs SB3 PPO with rl-zoo's Atari settings for the same wall time (default none).")
 @click.option("--seeds", default=None, callback=_seed_list, metavar="S[,S...]",
               help="learning and atari only: the seeds (default: the task's own, atari's 1,2; --quick: the first).")
-def bench(name, out, quick, repeats, seconds, task, game, reference, seeds):
+@click.option("--configs", default=None, metavar="NAME[,NAME...]", callback=lambda ctx, param, v: tuple(v.split(",")) if v else None,
+              help="atari only: which of the game's shipped configs run (default: all, e.g. pong_impala,pong_apex).")
+def bench(name, out, quick, repeats, seconds, task, game, reference, seeds, configs):
     from zrl.bench.runner import check_seconds, run_benchmarks  # lazy: the harness (subprocess, statistics) would slow every command's start-up
 
     name, implied = ALIASES.get(name, (name, {}))
@@ -459,19 +461,23 @@ def bench(name, out, quick, repeats, seconds, task, game, reference, seeds):
         raise click.UsageError(str(e)) from None
     if name != "learning" and task is not None:
         raise click.UsageError(f"--task chooses what the learning benchmark runs; {name} has none")
-    if name != "atari" and (game is not None or reference is not None):
-        raise click.UsageError(f"--game and --reference choose what the atari benchmark runs; {name} has neither")
+    if name != "atari" and (game is not None or reference is not None or configs is not None):
+        raise click.UsageError(f"--game, --reference and --configs choose what the atari benchmark runs; {name} has none of them")
     if name not in ("learning", "atari") and seeds is not None:
         raise click.UsageError(f"--seeds chooses the learning and atari benchmarks' seeds; {name} has none")
     _sigterm_as_interrupt()
-    try:
-        with _bench_selection(name, task, game, reference, seeds):
+    with contextlib.ExitStack() as selected:
+        try:
+            selected.enter_context(_bench_selection(name, task, game, reference, seeds, configs))
+        except ValueError as e:  # (a --configs that is not one of the game's)
+            raise click.UsageError(str(e)) from None
+        try:
             run_benchmarks(name, out, quick=quick, repeats=repeats, seconds=seconds)
-    except BenchUnavailable as e:
-        raise click.ClickException(str(e)) from None
+        except BenchUnavailable as e:
+            raise click.ClickException(str(e)) from None
 
 
-def _bench_selection(name: str, task, game, reference, seeds):
+def _bench_selection(name: str, task, game, reference, seeds, configs=None):
     """What the learning or atari benchmark measures within it (its `chosen`)."""
     if name == "learning":
         from zrl.bench.learning import chosen  # lazy: imports tensorboard
@@ -480,7 +486,7 @@ def _bench_selection(name: str, task, game, reference, seeds):
     if name == "atari":
         from zrl.bench.atari import chosen as chosen_game  # lazy: imports tensorboard
 
-        return chosen_game(game or ATARI_GAMES[0], seeds, reference or "none")
+        return chosen_game(game or ATARI_GAMES[0], seeds, reference or "none", configs)
     return contextlib.nullcontext()
 
 

@@ -82,10 +82,14 @@ def test_zrl_bench_atari_chooses_game_seeds_and_reference_and_pong_is_its_alias(
     invoke = lambda *args: CliRunner().invoke(cli.main, ["bench", *args])  # noqa: E731
     assert invoke("atari", "--game", "breakout", "--seeds", "3", "--reference", "sb3", "--seconds", "60").exit_code == 0
     assert invoke("pong").exit_code == 0
-    assert seen == [("atari", ("breakout", (3,), "sb3"), 60.0), ("atari", ("pong", None, "none"), None)]
-    assert atari._chosen == ("pong", None, "none")  # (restored)
+    assert invoke("pong", "--configs", "pong_apex").exit_code == 0
+    assert seen == [("atari", ("breakout", (3,), "sb3", None), 60.0), ("atari", ("pong", None, "none", None), None),
+                    ("atari", ("pong", None, "none", ("pong_apex",)), None)]
+    assert atari._chosen == ("pong", None, "none", None)  # (restored)
+    r = invoke("pong", "--configs", "breakout_impala")
+    assert r.exit_code == 2 and "breakout_impala: not a pong config (known: pong_impala, pong_apex)" in r.output
     r = invoke("kernels", "--game", "pong")
-    assert r.exit_code == 2 and "--game and --reference choose what the atari benchmark runs; kernels has neither" in r.output
+    assert r.exit_code == 2 and "--game, --reference and --configs choose what the atari benchmark runs; kernels has none of them" in r.output
     with pytest.raises(ValueError, match="unknown Atari game 'nosuch'"):
         with atari.chosen("nosuch"):
             pass

@@ -1,7 +1,7 @@
 """`zrl bench atari --game NAME`: how fast zrl's shipped Atari configs learn a game, per minute
 of wall time, beside Stable-Baselines3 PPO with rl-baselines3-zoo's Atari settings.
 
-Each shipped config of the game (GAMES) runs through `zrl run --config C --seed S
+Each shipped config of the game (GAMES; `--configs` picks some) runs through `zrl run --config C --seed S
 --max-seconds T` (`--seconds`, default 3600; `--quick`: 90), with `run.return_window:
 WINDOW`; then, with `--reference sb3`, SB3 PPO runs for the same wall time. Runs go one
 after another, never side by side, seeds interleaved. The reference plays the same env
@@ -47,19 +47,24 @@ GAMES: dict[str, Game] = {
 }
 REFERENCE_CHOICES = ("sb3", "none")
 
-# The game, seeds (None: 1 and 2; --quick: 1) and reference that `run` measures; `chosen` sets them.
-_chosen: tuple[str, tuple[int, ...] | None, str] = ("pong", None, "none")
+# The game, seeds (None: 1 and 2; --quick: 1), reference and configs (None: all the game's) that
+# `run` measures; `chosen` sets them.
+_chosen: tuple[str, tuple[int, ...] | None, str, tuple[str, ...] | None] = ("pong", None, "none", None)
 
 
 @contextlib.contextmanager
-def chosen(game: str = "pong", seeds: tuple[int, ...] | None = None, reference: str = "none"):
-    """Within it, `run` (what `zrl bench atari` calls) measures `game` on `seeds` beside `reference`."""
+def chosen(game: str = "pong", seeds: tuple[int, ...] | None = None, reference: str = "none", configs: tuple[str, ...] | None = None):
+    """Within it, `run` (what `zrl bench atari` calls) measures `game` on `seeds` beside
+    `reference`, with the game's shipped `configs` (None: all of them)."""
     global _chosen
     if game not in GAMES:
         raise ValueError(f"unknown Atari game {game!r} (known: {', '.join(GAMES)})")
     if reference not in REFERENCE_CHOICES:
         raise ValueError(f"unknown reference {reference!r} (known: {', '.join(REFERENCE_CHOICES)})")
-    before, _chosen = _chosen, (game, tuple(seeds) if seeds else None, reference)
+    unknown = [c for c in configs or () if c not in GAMES[game].configs]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a {game} config (known: {', '.join(GAMES[game].configs)})")
+    before, _chosen = _chosen, (game, tuple(seeds) if seeds else None, reference, tuple(configs) if configs else None)
     try:
         yield
     finally:
@@ -118,18 +123,19 @@ def per_minute(curve: list, seconds: float, progress: list = ()) -> list[tuple[i
 
 
 def run(opts: BenchOptions) -> BenchResult:
-    name, seeds, reference = _chosen
-    return measure(name, opts, seeds, reference)
+    name, seeds, reference, configs = _chosen
+    return measure(name, opts, seeds, reference, configs)
 
 
-def measure(name: str, opts: BenchOptions, seeds: tuple[int, ...] | None = None, reference: str = "none") -> BenchResult:
+def measure(name: str, opts: BenchOptions, seeds: tuple[int, ...] | None = None, reference: str = "none",
+            configs: tuple[str, ...] | None = None) -> BenchResult:
     game = GAMES[name]
     seconds = opts.seconds or (90.0 if opts.quick else 3600.0)
     seeds = list(seeds or ((1,) if opts.quick else (1, 2)))
     result = BenchResult(name=f"atari_{name}", title=f"{game.env_id}: mean return of the last {WINDOW} episodes, per minute of a {seconds:.0f} s run",
                          columns=["system", "seed", "seconds", "env_frames", "mean_return"])
     frame_skips = {}  # the configs that can run, and their frame skip
-    for config in game.configs:
+    for config in configs or game.configs:
         problem = config_problem(game, config)
         if problem:
             result.notes.append(problem)
