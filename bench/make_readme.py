@@ -418,29 +418,42 @@ deterministic=True)`). The table gives their mean returns side by side."""),
     ("atari_pong", """## atari_pong: Pong learned per minute, beside SB3 PPO
 
 `zrl bench atari --game pong --seconds S --seeds 1,2 --reference sb3`
-(`zrl bench pong` is `zrl bench atari --game pong`): each shipped Pong config
-(`configs/pong_impala.yaml`; `pong_apex` once it exists) trains through
-`zrl run` for S seconds, then Stable-Baselines3 PPO with rl-baselines3-zoo's
-Atari settings trains for the same wall time on the same env settings
-(listed under the table), one run after another, seeds interleaved. Rows:
-the mean return of the last 20 episodes (game score, unclipped) and the
-emulator frames seen, at the end of each minute from the command's start
-(start-up included). Targets (issue 46, on an AVX2-only 2-core machine):
-+10 within 60 minutes (+18 on the AVX-512 one), the median of seeds 1 and
-2.
+(`zrl bench pong` is `zrl bench atari --game pong`; `--configs` picks some
+of the game's configs): each shipped Pong config (`configs/pong_impala.yaml`,
+`pong_apex.yaml`) trains through `zrl run` for S seconds, then
+Stable-Baselines3 PPO with rl-baselines3-zoo's Atari settings trains for the
+same wall time on the same env settings (listed under the table), one run
+after another, seeds interleaved. Rows: the mean return of the last 20
+episodes (game score, unclipped) and the emulator frames seen, at the end of
+each minute from the command's start (start-up included). Targets (issue 46,
+on an AVX2-only 2-core machine): IMPALA +10 within 60 minutes (+18 on the
+AVX-512 one), the median of seeds 1 and 2; Ape-X 10 points above its start
+within 60 minutes.
 
-**The table below (11-28, 06:09-07:50 UTC, the AVX2 EPYC, nothing else
-running): seed 1, 50 minutes each** (`zrl bench atari --game pong --seeds 1
---reference sb3 --seconds 3000`). zrl's IMPALA went -20.2 -> +1.3 (16.1M
-frames): flat to minute 16 (5.1M frames), -18.8 at 20, -6.3 at 30, -1.3 at 40, +1.3 at
-50, the 20-episode mean swinging by up to 10 points from minute 28 on. SB3
-PPO went -20.6 -> -18.8 on 1.9M frames: it steps 8 envs in one process and
-trains between rollouts, ~630 frames/s against zrl's ~5,400. At 10, 20, 40
-and 50 minutes: zrl -20.4, -18.8, -1.3, +1.3; SB3 -20.6, -20.4, -19.4,
--18.8. Not yet met: +10 within 60 minutes (this run stopped at 50), and the
-second seed. The run's learner rates were not recorded (the bench notes them
-since); its progress lines showed 1,200-1,500 env steps/s and ~8.5 updates
-a second (one 8 x 20 chunk each) throughout."""),
+**The table below: three sittings on the AVX2 EPYC, merged.** (1) 11-28
+06:09-07:50 UTC, seed 1, 50 minutes of zrl IMPALA then 50 of SB3 PPO
+(`--seeds 1 --reference sb3 --seconds 3000`); (2) 08:29-09:30, seed 2, 60
+minutes of IMPALA (`--configs pong_impala --seeds 2 --seconds 3600`; two
+2.5-minute Ape-X smoke runs and niced unit tests ran beside its first 20
+minutes); (3) 09:49-10:51, seed 1, 60 minutes of Ape-X (`--configs pong_apex
+--seeds 1 --seconds 3600`, nothing else running).
+
+- IMPALA: seed 1 -20.4, -18.8, -1.3, +1.3 at 10, 20, 40, 50 minutes (16.1M
+  frames in 50); seed 2 -20.6, -19.6, -7.3, -4.1, +4.9 at 10, 20, 40, 50, 60
+  (17.8M frames; actors ~5,000 frames/s, 7.7 updates/s of one 8 x 20 chunk,
+  the learner waiting for data 3% of its time). Both stay flat to ~5M frames
+  (~7,000 updates), then climb about a point a minute, the 20-episode mean
+  swinging by up to 10 points after minute 30. Not yet met: +10 within 60
+  minutes.
+- SB3 PPO, seed 1: -20.6, -20.4, -19.4, -18.8 at 10, 20, 40, 50 minutes on
+  1.9M frames (8 envs in one process, ~630 frames/s). Its seed 2 was not run.
+- Ape-X (`configs/pong_apex.yaml`: each frame stored once; double and
+  dueling DQN on 3-step returns; batch 64; actors held to 8 sampled
+  transitions per env step), seed 1: -20.8, -20.6, -19.0, -18.1, -17.9 at
+  10, 20, 40, 50, 60 minutes, +3.2 over its first minute's -21.0, on 1.7M
+  frames (14.5 updates/s, the actors 464 frames/s). It rose from minute ~28
+  (~0.8M frames, ~24,000 updates). Not yet met: 10 points above its start
+  within 60 minutes."""),
     ("pong", """## pong (kept): short IMPALA runs on Pong, before `zrl bench atari`
 
 `configs/pong_impala.yaml` (shallow CNN; 2 actors x 24 envs, the policy
