@@ -107,7 +107,7 @@ def test_frame_replay_checkpoint_round_trips_and_moves_into_another_capacity():
     state = {k: np.array(v) for k, v in replay.state_dict().items()}
     for capacity in (40, 20):  # (the smaller one's ring may not hold every frame of its newest 20)
         resumed = FrameReplay(capacity, (4, 6, 6), FIELDS, alpha=0.6, seed=0)
-        resumed.load_state_dict(state, apex_dqn._migrate)
+        apex_dqn._restore(state, resumed)
         assert len(resumed) == min(capacity, len(replay))
         keys, _, batch = resumed.sample(32, 0.4)
         assert len(keys) == 32 - resumed.lost and (resumed.lost == 0 or capacity < 40)
@@ -117,7 +117,7 @@ def test_frame_replay_checkpoint_round_trips_and_moves_into_another_capacity():
     with pytest.raises(ValueError, match="holds frames"):
         apex_dqn._restore(state, stacks_replay)
     with pytest.raises(ValueError, match="whole stacks"):
-        FrameReplay(40, (4, 6, 6), FIELDS, alpha=0.6, seed=0).load_state_dict(stacks_replay.state_dict(), apex_dqn._migrate)
+        apex_dqn._restore(stacks_replay.state_dict(), FrameReplay(40, (4, 6, 6), FIELDS, alpha=0.6, seed=0))
 
 
 OBS = spaces.BoxSpec(shape=(4, 24, 24), dtype="uint8")

@@ -417,10 +417,10 @@ class ApexDQN(Algorithm):
 def _restore(saved: dict, replay: PrioritizedReplay | FrameReplay) -> None:
     """A checkpoint's replay into this run's (of the same kind: frames or whole stacks)."""
     if isinstance(replay, FrameReplay):
-        replay.load_state_dict(saved, _migrate)
+        saved, replay = replay.load_ring(saved), replay.replay
     elif any(k.startswith("ring/") for k in saved):
         raise ValueError("replay checkpoint: it holds frames (saved with algo.frames_once true), not whole stacks")
-    elif int(saved["capacity"]) == replay.capacity and float(saved["alpha"]) == replay.alpha:
+    if int(saved["capacity"]) == replay.capacity and float(saved["alpha"]) == replay.alpha:
         replay.load_state_dict(saved)
     else:
         _migrate(saved, replay)

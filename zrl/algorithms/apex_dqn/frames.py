@@ -192,18 +192,15 @@ class FrameReplay:
             ring = {f"ring/{k}": v for k, v in self.ring.state_dict().items()}
             return {**self.replay.state_dict(), **ring}
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray], migrate) -> None:
-        """A saved FrameReplay's state; `migrate(saved, replay)` moves one of another capacity or alpha."""
+    def load_ring(self, state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Restores the frames of a saved FrameReplay's state; returns the rest, the state of
+        its PrioritizedReplay of frame ids (for `replay`: apex_dqn's _restore loads or moves it)."""
         ring = {k[len("ring/"):]: v for k, v in state.items() if k.startswith("ring/")}
         if set(ring) != {"frames", "added"}:
             raise ValueError("replay checkpoint: it holds whole stacks, not frames (it was saved with algo.frames_once false)")
-        saved = {k: v for k, v in state.items() if not k.startswith("ring/")}
         with self._lock:
             self.ring.load_state_dict(ring)
-            if int(saved["capacity"]) == self.replay.capacity and float(saved["alpha"]) == self.replay.alpha:
-                self.replay.load_state_dict(saved)
-            else:
-                migrate(saved, self.replay)
+        return {k: v for k, v in state.items() if not k.startswith("ring/")}
 
     def _check_invariants(self) -> None:
         self.replay._check_invariants()
